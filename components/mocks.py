@@ -1,0 +1,247 @@
+"""Pulumi mocks that record every registration and answer with realistic outputs, for offline synth and tests."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pulumi
+from pulumi.runtime import mocks as _mocks
+from pulumi.runtime import rpc
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+FAKE_ACCOUNT = "123456789012"
+"""The account id every mocked ARN uses: AWS's documentation placeholder, obviously not a real account."""
+
+UNKNOWN = "<unknown during preview>"
+"""How a value that is unknown during preview is written into a plan."""
+
+
+def _slug(name: str) -> str:
+    return name.replace("_", "-")[:63]
+
+
+def _kubeconfig(cluster: str, region: str) -> dict:
+    endpoint = f"https://{'0' * 32}.gr7.{region}.eks.amazonaws.com"
+    ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMOCK\n-----END CERTIFICATE-----\n").decode()
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": "aws",
+        "clusters": [{"name": "kubernetes", "cluster": {"server": endpoint, "certificate-authority-data": ca}}],
+        "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
+        "users": [{"name": "aws", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", cluster, "--region", region, "--output", "json"]}}}],
+    }
+
+
+class RealisticMocks(pulumi.runtime.Mocks):
+    """Answers registrations and invokes with outputs shaped like AWS's, so no export renders as `None`."""
+
+    def __init__(self, region: str = "us-east-1") -> None:
+        self.region = region
+
+    def _arn(self, service: str, resource: str, regional: bool = True) -> str:
+        return f"arn:aws:{service}:{self.region if regional else ''}:{FAKE_ACCOUNT}:{resource}"
+
+    def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict]:
+        t, name, inputs = args.typ, args.name, dict(args.inputs)
+        physical = str(inputs.get("name") or _slug(name))
+        out: dict[str, Any] = dict(inputs)
+        rid = f"{physical}-id"
+        if t == "eks:index:Cluster":
+            cname = str(inputs.get("name") or physical)
+            kc = _kubeconfig(cname, self.region)
+            issuer = f"https://oidc.eks.{self.region}.amazonaws.com/id/{'0' * 32}"
+            out.update({
+                "kubeconfig": kc, "kubeconfigJson": json.dumps(kc),
+                "oidcProviderArn": self._arn("iam", f"oidc-provider/{issuer[8:]}", regional=False),
+                "oidcProviderUrl": issuer, "oidcIssuer": issuer[8:],
+                "clusterSecurityGroupId": "sg-0a1b2c3d4e5f60001", "nodeSecurityGroupId": "sg-0a1b2c3d4e5f60002",
+                "clusterName": cname,
+            })
+            rid = cname
+        elif t == "aws:sqs/queue:Queue":
+            qname = str(inputs.get("name") or physical)
+            url = f"https://sqs.{self.region}.amazonaws.com/{FAKE_ACCOUNT}/{qname}"
+            out.update({"arn": self._arn("sqs", qname), "url": url, "name": qname})
+            rid = url
+        elif t == "aws:s3/bucket:Bucket" or t == "aws:s3/bucketV2:BucketV2":
+            bname = str(inputs.get("bucket") or physical)
+            out.update({"arn": f"arn:aws:s3:::{bname}", "bucket": bname,
+                        "bucketDomainName": f"{bname}.s3.amazonaws.com"})
+            rid = bname
+        elif t == "aws:ecr/repository:Repository":
+            rname = str(inputs.get("name") or physical)
+            out.update({"arn": self._arn("ecr", f"repository/{rname}"), "name": rname,
+                        "repositoryUrl": f"{FAKE_ACCOUNT}.dkr.ecr.{self.region}.amazonaws.com/{rname}",
+                        "registryId": FAKE_ACCOUNT})
+            rid = rname
+        elif t == "docker-build:index:Image":
+            digest = "sha256:" + "0" * 63 + "1"
+            tags = inputs.get("tags") or []
+            ref = (tags[0].rsplit(":", 1)[0] if tags else "registry.invalid/worker") + "@" + digest
+            out.update({"digest": digest, "ref": ref})
+            rid = digest
+        elif t == "aws:iam/role:Role":
+            out.update({"arn": self._arn("iam", f"role/{physical}", regional=False), "name": physical,
+                        "uniqueId": "AROA" + "0" * 17})
+            rid = physical
+        elif t == "aws:iam/policy:Policy":
+            out.update({"arn": self._arn("iam", f"policy/{physical}", regional=False), "name": physical})
+        elif t == "aws:iam/instanceProfile:InstanceProfile":
+            out.update({"arn": self._arn("iam", f"instance-profile/{physical}", regional=False), "name": physical})
+        elif t == "aws:sns/topic:Topic":
+            out.update({"arn": self._arn("sns", physical), "name": physical})
+            rid = out["arn"]
+        elif t == "aws:cloudwatch/eventRule:EventRule":
+            out.update({"arn": self._arn("events", f"rule/{physical}"), "name": physical})
+        elif t == "aws:kms/key:Key":
+            out.update({"arn": self._arn("kms", "key/00000000-0000-0000-0000-000000000000"),
+                        "keyId": "00000000-0000-0000-0000-000000000000"})
+        elif t.startswith("aws:"):
+            out.setdefault("arn", self._arn(t.split(":")[1].split("/")[0], physical))
+        return rid, out
+
+    def call(self, args: _mocks.MockCallArgs) -> tuple[dict, list | None]:
+        tok = args.token
+        if tok == "aws:ecr/getAuthorizationToken:getAuthorizationToken":
+            return {"userName": "AWS", "password": "mock-ecr-token", "authorizationToken": "QVdTOm1vY2s=",
+                    "proxyEndpoint": f"https://{FAKE_ACCOUNT}.dkr.ecr.{self.region}.amazonaws.com",
+                    "expiresAt": "2099-01-01T00:00:00Z", "id": self.region}, None
+        if tok == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": FAKE_ACCOUNT, "arn": self._arn("iam", "user/mock", regional=False),
+                    "userId": "AIDA" + "0" * 17, "id": FAKE_ACCOUNT}, None
+        if tok == "aws:index/getRegion:getRegion":
+            return {"name": self.region, "region": self.region, "id": self.region}, None
+        if tok == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}, None
+        if tok == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            zones = [f"{self.region}{z}" for z in "abc"]
+            return {"names": zones, "zoneIds": [f"use1-az{i}" for i in (1, 2, 3)], "id": self.region}, None
+        if tok == "aws:iam/getPolicyDocument:getPolicyDocument":
+            return {"json": json.dumps({"Version": "2012-10-17", "Statement": []}), "id": "doc"}, None
+        return {}, None
+
+
+def to_plain(value: Any) -> Any:
+    """Turn deserialized Pulumi property values into JSON-friendly ones (integral floats back to ints)."""
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if type(value).__name__ == "Unknown":
+        return UNKNOWN
+    if isinstance(value, pulumi.Resource):
+        return f"<resource {type(value).__name__}>"
+    return str(value)
+
+
+@dataclass
+class Registration:
+    """One resource registration as the engine would see it."""
+
+    urn: str
+    type: str
+    name: str
+    parent: str
+    custom: bool
+    remote: bool
+    dependencies: list[str]
+    properties: dict
+
+    def as_plan_entry(self) -> dict:
+        return {"urn": self.urn, "type": self.type, "name": self.name, "parent": self.parent or None,
+                "dependencies": sorted(set(self.dependencies)), "properties": self.properties}
+
+
+class RecordingMonitor(_mocks.MockMonitor):
+    """A MockMonitor that keeps every registration (type, name, parent, dependencies, inputs) and stack outputs."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+        self.stack_outputs: dict[str, Any] = {}
+        self.stack_urn = ""
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            self.stack_urn = response.urn
+            return response
+        inputs = rpc.deserialize_properties(request.object, keep_unknowns=True)
+        self.registrations.append(Registration(
+            urn=response.urn, type=request.type, name=request.name, parent=request.parent,
+            custom=bool(request.custom), remote=bool(request.remote), dependencies=list(request.dependencies),
+            properties=to_plain(inputs)))
+        return response
+
+    def RegisterResourceOutputs(self, request):  # noqa: N802
+        if request.urn == self.stack_urn or request.urn.endswith("::pulumi:pulumi:Stack::" + request.urn.split("::")[-1]):
+            self.stack_outputs.update(to_plain(rpc.deserialize_properties(request.outputs, keep_unknowns=True)))
+        return super().RegisterResourceOutputs(request)
+
+    def by_type(self, type_: str) -> list[Registration]:
+        """Registrations of one type token, in registration order."""
+        return [r for r in self.registrations if r.type == type_]
+
+
+@dataclass
+class RunResult:
+    """What a program run under mocks registered."""
+
+    monitor: RecordingMonitor
+    error: BaseException | None = None
+    outputs: dict = field(default_factory=dict)
+
+    @property
+    def registrations(self) -> list[Registration]:
+        return self.monitor.registrations
+
+
+def run_under_mocks(program: Callable[[], Any], *, project: str = "gpuburst", stack: str = "dev",
+                    region: str = "us-east-1", config: dict[str, Any] | None = None,
+                    preview: bool = False, mocks: pulumi.runtime.Mocks | None = None) -> RunResult:
+    """Run `program` (which declares resources) under recording mocks and wait for every registration.
+
+    `config` maps full keys (`gpuburst:environment`, `aws:region`) to values; non-strings are JSON-encoded, as the
+    engine passes them. Exceptions from the program are re-raised after the runtime settles.
+    """
+    all_config = {"aws:region": region}
+    for k, v in (config or {}).items():
+        all_config[k] = v if isinstance(v, str) else json.dumps(v)
+    pulumi.runtime.set_all_config(all_config, [])
+    monitor = RecordingMonitor(mocks or RealisticMocks(region))
+    try:
+        asyncio.get_event_loop()
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    from pulumi.runtime import settings as _settings
+    from pulumi.runtime.settings import SETTINGS
+    _settings.ROOT.set(None)  # a fresh root stack per run, so exports of an earlier run never leak into this one
+    pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=preview, monitor=monitor)
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
+
+    def body():
+        program()
+
+    try:
+        _sync_await(run_pulumi_func(body))
+        root = pulumi.runtime.get_root_resource()
+        outputs = {}
+        for key, value in (getattr(root, "outputs", None) or {}).items():
+            out = pulumi.Output.from_input(value)
+            outputs[key] = to_plain(_sync_await(out.future(with_unknowns=True)))
+            if _sync_await(out.is_secret()):
+                outputs[key] = {"secret": True, "value": outputs[key]}
+    finally:
+        pulumi.runtime.set_all_config({}, [])
+    return RunResult(monitor=monitor, outputs=outputs)
