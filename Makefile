@@ -1,0 +1,44 @@
+# The two set-up commands: `make demo` and `make test`. Both create the virtualenvs on first use.
+PYTHON ?= python3
+VENV ?= .venv
+CHECKOV_VENV ?= .venv-checkov
+PY := $(VENV)/bin/python
+
+.PHONY: demo test synth check worker-demo bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.txt worker/requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CHECKOV_VENV)/bin/python -m pip install -q -r requirements-checkov.txt
+	touch $@
+
+## demo: the offline synth, the policy check on its plan, and the worker on synthetic slides (no cloud)
+demo: $(VENV)/.installed
+	$(PY) -m components synth --stack dev --out out
+	@echo
+	$(PY) -m policies check out/plan.json
+	@echo
+	$(PY) -m worker demo --out out/demo
+
+## test: every test (under 10 minutes on 2 cores)
+test: $(VENV)/.installed $(CHECKOV_VENV)/.installed
+	CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(PY) -m pytest
+
+synth: $(VENV)/.installed
+	$(PY) -m components synth --stack dev --out out
+
+check: synth
+	$(PY) -m policies check out/plan.json
+
+bench: $(VENV)/.installed
+	$(PY) -m worker bench --quick
+
+clean:
+	rm -rf out .pytest_cache

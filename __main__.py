@@ -1,0 +1,20 @@
+"""The gpuburst Pulumi program: typed stack config -> GpuBurstPlatform -> stack outputs."""
+import pulumi
+
+from components.config import current_config, parse_config
+from components.platform import GpuBurstPlatform
+
+# Parsed before any resource is declared: a bad key or value stops here, in one line, with nothing registered.
+config = parse_config(current_config(), stack=pulumi.get_stack())
+platform = GpuBurstPlatform("gpuburst", config)
+
+pulumi.export("clusterName", platform.cluster_name)
+pulumi.export("kubeconfig", pulumi.Output.secret(platform.kubeconfig_json))
+pulumi.export("queueUrls", platform.queue_urls)
+pulumi.export("deadLetterQueueUrls", platform.dead_letter_queue_urls)
+pulumi.export("imageRef", platform.image_ref)
+pulumi.export("slidesBucket", platform.slides_bucket)
+pulumi.export("resultsBucket", platform.results_bucket)
+pulumi.export("workloads", platform.workload_patterns)
+pulumi.export("workerRoleArns", platform.worker_role_arns)
+pulumi.export("gpuNodePool", platform.gpu_nodepool_name)

@@ -1,0 +1,283 @@
+"""The typed stack configuration: one model read from `Pulumi.<stack>.yaml`, checked before any resource exists."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from . import catalogue
+from .validation import ConfigError, Rule, is_int_between, validate
+
+NAMESPACE = "gpuburst"
+"""The Pulumi config namespace of this project: keys are written `gpuburst:<key>`."""
+
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_CIDR = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})/(\d{1,2})$")
+_ALIAS = re.compile(r"^al2023@(latest|v\d{8})$")
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+
+
+def _is_cidr(v: Any) -> bool:
+    m = _CIDR.match(str(v))
+    return bool(m) and all(int(x) <= 255 for x in m.groups()[:4]) and int(m.group(5)) <= 32
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """One queue-driven GPU workload, described by its facts; the pattern chooser picks ScaledJob or consumer."""
+
+    name: str
+    """Workload name (lower-case, used in resource and queue names)."""
+    items_independent: bool = True
+    """True when messages can be processed in any order by any worker. Default: True."""
+    ordered: bool = False
+    """True when messages of one study must be processed in order (FIFO queue, message group = study). Default: False."""
+    stateful: bool = False
+    """True when state is carried from one message to the next (per-study state). Default: False."""
+    model_load_s: float = 45.0
+    """Seconds to load the model in a fresh process (the cold start a Job pays per message). Default: 45."""
+    seconds_per_item: float = 8.0
+    """Seconds of GPU work per message once the model is loaded. Default: 8."""
+    burst_items: int = 20
+    """Typical number of messages in one burst. Default: 20."""
+    expected_processing_s: int = 300
+    """Declared upper bound of one message's processing time, in seconds; the visibility timeout is twice this.
+    Default: 300."""
+    max_replicas: int = 8
+    """Most GPU Jobs at once for a ScaledJob (also bounds GPU spend). Default: 8."""
+    pattern: str | None = None
+    """Force `scaledjob` or `consumer`; None lets the chooser decide. A ScaledJob for ordered or stateful work is
+    refused. Default: None."""
+
+
+def _default_workloads() -> tuple[WorkloadConfig, ...]:
+    return (
+        WorkloadConfig(name="slides", items_independent=True, ordered=False, stateful=False, burst_items=200),
+        WorkloadConfig(name="studies", items_independent=False, ordered=True, stateful=True, burst_items=20),
+    )
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Everything a stack can set under `gpuburst:`; every field has a default except the environment name."""
+
+    environment: str = "dev"
+    """Environment name, used in resource names (`gpuburst-<environment>`). Default: the stack name."""
+    region: str = "us-east-1"
+    """AWS region (from `aws:region`). Default: us-east-1."""
+    kubernetes_version: str = catalogue.KUBERNETES_VERSION
+    """EKS Kubernetes version. Default: the catalogue's pin."""
+    karpenter_version: str = catalogue.KARPENTER_VERSION
+    """Karpenter (and karpenter-crd) chart version. Default: the catalogue's pin."""
+    keda_version: str = catalogue.KEDA_VERSION
+    """KEDA chart version; schemas are checked against it. Default: the catalogue's pin."""
+    keda_provider: str = "aws"
+    """TriggerAuthentication `podIdentity.provider`. Default: aws."""
+    keda_identity_owner: str | None = None
+    """`podIdentity.identityOwner` (keda|workload) instead of a roleArn. Default: None (use a roleArn)."""
+    gpu_instance_types: tuple[str, ...] = ("g4dn.xlarge", "g4dn.2xlarge", "g5.xlarge", "g5.2xlarge")
+    """Instance types the GPU NodePool may launch: a family of sizes, never one type. Default: g4dn/g5 xlarge+2xlarge."""
+    gpu_capacity_types: tuple[str, ...] = ("spot", "on-demand")
+    """Karpenter capacity types for GPU nodes. Default: spot, then on-demand."""
+    gpu_limit: int = 8
+    """Most GPUs the NodePool may hold at once (a burst never buys unbounded GPUs). Default: 8."""
+    ami_alias: str = "al2023@latest"
+    """EC2NodeClass AMI alias: al2023@latest or a pinned al2023@vYYYYMMDD. Default: al2023@latest."""
+    system_node_instance_type: str = "m6i.large"
+    """Instance type of the system node group that runs controllers. Default: m6i.large."""
+    system_node_count: int = 2
+    """Nodes in the system node group. Default: 2."""
+    endpoint_public_access: bool = True
+    """Whether the EKS API endpoint is reachable from the internet. Default: True."""
+    public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    """CIDRs allowed to reach the public endpoint. Default: anywhere (restrict it in production)."""
+    max_receive_count: int = 3
+    """Receives before a message moves to the dead-letter queue. Default: 3."""
+    oldest_message_alarm_s: int = 900
+    """Alarm when the oldest waiting message is older than this many seconds. Default: 900."""
+    alarm_emails: tuple[str, ...] = ()
+    """E-mail addresses subscribed to the alarm topic. Default: none."""
+    workloads: tuple[WorkloadConfig, ...] = field(default_factory=_default_workloads)
+    """The queue-driven GPU workloads. Default: `slides` (independent) and `studies` (ordered, stateful)."""
+
+    @property
+    def name_prefix(self) -> str:
+        """`gpuburst-<environment>`, the prefix of every physical name."""
+        return f"gpuburst-{self.environment}"
+
+
+# Config keys as written in Pulumi.<stack>.yaml (camelCase) -> StackConfig field.
+_KEYS: dict[str, str] = {
+    "environment": "environment",
+    "kubernetesVersion": "kubernetes_version",
+    "karpenterVersion": "karpenter_version",
+    "kedaVersion": "keda_version",
+    "kedaProvider": "keda_provider",
+    "kedaIdentityOwner": "keda_identity_owner",
+    "gpuInstanceTypes": "gpu_instance_types",
+    "gpuCapacityTypes": "gpu_capacity_types",
+    "gpuLimit": "gpu_limit",
+    "amiAlias": "ami_alias",
+    "systemNodeInstanceType": "system_node_instance_type",
+    "systemNodeCount": "system_node_count",
+    "endpointPublicAccess": "endpoint_public_access",
+    "publicAccessCidrs": "public_access_cidrs",
+    "maxReceiveCount": "max_receive_count",
+    "oldestMessageAlarmS": "oldest_message_alarm_s",
+    "alarmEmails": "alarm_emails",
+    "workloads": "workloads",
+}
+_WORKLOAD_KEYS: dict[str, str] = {
+    "itemsIndependent": "items_independent", "ordered": "ordered", "stateful": "stateful",
+    "modelLoadS": "model_load_s", "secondsPerItem": "seconds_per_item", "burstItems": "burst_items",
+    "expectedProcessingS": "expected_processing_s", "maxReplicas": "max_replicas", "pattern": "pattern",
+}
+CONFIG_KEYS = tuple(_KEYS)
+"""Every key a stack may set under `gpuburst:`."""
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+
+
+def _keda_provider_ok(cfg: Mapping[str, Any]) -> Rule:
+    version = cfg.get("kedaVersion", catalogue.KEDA_VERSION)
+    allowed = catalogue.keda_providers(version) if catalogue.keda_version_problem(version) is None else ()
+    return Rule("kedaProvider", lambda v: catalogue.keda_provider_problem(v, version) is None,
+                f"KEDA {version} accepts {catalogue.join(allowed)}; 'aws-eks' is deprecated; this stack (AWS SQS) "
+                "needs 'aws'")
+
+
+def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
+    """The table of rules for the top-level keys (as written in YAML)."""
+    return [
+        Rule("environment", lambda v: isinstance(v, str) and bool(_NAME.match(v)),
+             "a lower-case name of 1-31 letters, digits or '-', starting with a letter"),
+        Rule("kubernetesVersion", lambda v: isinstance(v, str) and re.match(r"^1\.\d+$", v) is not None,
+             "a Kubernetes minor version such as '1.34'"),
+        Rule("karpenterVersion", lambda v: catalogue.karpenter_version_problem(v) is None,
+             f"a Karpenter release >= {catalogue.KARPENTER_MINIMUM} and not one of "
+             f"{catalogue.join(catalogue.KARPENTER_BROKEN_RELEASES)} (broken releases)"),
+        Rule("kedaVersion", lambda v: catalogue.keda_version_problem(v) is None,
+             f"a KEDA release >= {catalogue.KEDA_MINIMUM}"),
+        _keda_provider_ok(cfg),
+        Rule("kedaIdentityOwner", lambda v: v is None or v in catalogue.KEDA_IDENTITY_OWNERS,
+             f"one of {catalogue.join(catalogue.KEDA_IDENTITY_OWNERS)} (or unset to use a roleArn)"),
+        Rule("gpuInstanceTypes", lambda v: _str_list(v) and all(_INSTANCE_TYPE.match(x) for x in v)
+             and len(set(v)) >= 2,
+             "a list of at least two distinct EC2 instance types (a family of sizes, e.g. g5.xlarge, g5.2xlarge): "
+             "a NodePool pinned to one type stalls the day that type runs out"),
+        Rule("gpuCapacityTypes", lambda v: _str_list(v) and len(v) >= 1 and set(v) <= {"spot", "on-demand",
+                                                                                          "reserved"},
+             "a non-empty list of spot, on-demand, reserved"),
+        Rule("gpuLimit", is_int_between(1, 1000), "an integer from 1 to 1000 (GPUs the NodePool may hold)"),
+        Rule("amiAlias", lambda v: isinstance(v, str) and bool(_ALIAS.match(v)),
+             "al2023@latest or a pinned al2023@vYYYYMMDD (AL2 and other families are refused)"),
+        Rule("systemNodeInstanceType", lambda v: isinstance(v, str) and bool(_INSTANCE_TYPE.match(v)),
+             "an EC2 instance type such as m6i.large"),
+        Rule("systemNodeCount", is_int_between(1, 10), "an integer from 1 to 10"),
+        Rule("endpointPublicAccess", lambda v: isinstance(v, bool), "true or false"),
+        Rule("publicAccessCidrs", lambda v: _str_list(v) and len(v) >= 1 and all(_is_cidr(x) for x in v),
+             "a non-empty list of IPv4 CIDRs such as 203.0.113.0/24"),
+        Rule("maxReceiveCount", is_int_between(1, 1000), "an integer from 1 to 1000"),
+        Rule("oldestMessageAlarmS", is_int_between(60, 1209600), "seconds from 60 to 1209600"),
+        Rule("alarmEmails", lambda v: _str_list(v) and all(_EMAIL.match(x) for x in v),
+             "a list of e-mail addresses"),
+        Rule("workloads", lambda v: isinstance(v, dict) and len(v) >= 1,
+             "a mapping of workload name to its facts (itemsIndependent, ordered, stateful, modelLoadS, ...)"),
+    ]
+
+
+def _workload_rules() -> list[Rule]:
+    number = lambda lo, hi: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi)  # noqa: E731
+    boolean = lambda v: isinstance(v, bool)  # noqa: E731
+    return [
+        Rule("itemsIndependent", boolean, "true or false"),
+        Rule("ordered", boolean, "true or false"),
+        Rule("stateful", boolean, "true or false"),
+        Rule("modelLoadS", number(0, 3600), "seconds from 0 to 3600"),
+        Rule("secondsPerItem", number(0.001, 21600), "seconds from 0.001 to 21600"),
+        Rule("burstItems", is_int_between(1, 1_000_000), "an integer from 1 to 1000000"),
+        Rule("expectedProcessingS", is_int_between(1, 21600),
+             "seconds from 1 to 21600 (twice this is the visibility timeout; SQS allows at most 43200)"),
+        Rule("maxReplicas", is_int_between(1, 1000), "an integer from 1 to 1000"),
+        Rule("pattern", lambda v: v is None or v in ("scaledjob", "consumer"), "scaledjob or consumer (or unset)"),
+    ]
+
+
+def _decode(raw: Any) -> Any:
+    """Config values reach the program as strings (JSON for lists/maps/numbers/bools); decode them."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
+    """Build the StackConfig from the full config map (`gpuburst:key` and `aws:region` keys).
+
+    Unknown `gpuburst:` keys and bad values raise ConfigError in one line naming the key and the value, before any
+    resource is registered.
+    """
+    prefix = NAMESPACE + ":"
+    values: dict[str, Any] = {}
+    for full_key, raw_value in raw.items():
+        if not full_key.startswith(prefix):
+            continue
+        key = full_key[len(prefix):]
+        if key not in _KEYS:
+            close = [k for k in _KEYS if k.lower() == key.lower()]
+            hint = f"did you mean {prefix}{close[0]}?" if close else f"known keys: {catalogue.join(_KEYS)}"
+            raise ConfigError(full_key, _decode(raw_value), f"unknown config key; {hint}")
+        values[key] = _decode(raw_value)
+        # A YAML value like `2` or `true` for a string field comes back decoded; keep version strings as strings.
+        if key in ("kubernetesVersion", "karpenterVersion", "kedaVersion") and isinstance(values[key], (int, float)):
+            values[key] = str(raw_value)
+    values.setdefault("environment", stack)
+    validate(values, _rules(values), prefix)
+
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        name = _KEYS[key]
+        if name == "workloads":
+            kwargs[name] = tuple(_parse_workload(n, w) for n, w in value.items())
+        elif isinstance(value, list):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    region = raw.get("aws:region")
+    if region:
+        kwargs["region"] = _decode(region)
+    cfg = StackConfig(**kwargs)
+    problems = catalogue.combination_problems(kubernetes=cfg.kubernetes_version, karpenter=cfg.karpenter_version,
+                                              keda=cfg.keda_version)
+    if problems:
+        raise ConfigError(prefix + "kubernetesVersion", cfg.kubernetes_version, problems[0])
+    return cfg
+
+
+def _parse_workload(name: str, facts: Any) -> WorkloadConfig:
+    where = f"{NAMESPACE}:workloads.{name}"
+    if not (isinstance(name, str) and _NAME.match(name)):
+        raise ConfigError(f"{NAMESPACE}:workloads", name, "workload names are lower-case, 1-31 letters/digits/'-'")
+    if not isinstance(facts, dict):
+        raise ConfigError(where, facts, "a mapping of facts (itemsIndependent, ordered, stateful, modelLoadS, ...)")
+    for key in facts:
+        if key not in _WORKLOAD_KEYS:
+            raise ConfigError(f"{where}.{key}", facts[key], f"unknown workload key; known keys: "
+                                                             f"{catalogue.join(_WORKLOAD_KEYS)}")
+    validate(facts, _workload_rules(), where + ".")
+    return WorkloadConfig(name=name, **{_WORKLOAD_KEYS[k]: v for k, v in facts.items()})
+
+
+def current_config() -> dict[str, Any]:
+    """The whole config map the engine handed this program (environment first, explicit settings over it)."""
+    from pulumi.runtime import config as runtime_config
+
+    merged = dict(runtime_config.get_config_env())
+    merged.update(runtime_config.CONFIG.get())
+    return merged

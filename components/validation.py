@@ -1,0 +1,57 @@
+"""Validation as a table of rules whose one-line messages quote the field, the value and what is allowed."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+
+class ConfigError(ValueError):
+    """A bad input, reported in one line that names the field and the value."""
+
+    def __init__(self, field: str, value: Any, expected: str) -> None:
+        self.field, self.value, self.expected = field, value, expected
+        super().__init__(f"{field}: {value!r} is not valid: {expected}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One check on one field: `check(value)` is True when the value is acceptable."""
+
+    field: str
+    """Field name as the user wrote it (config key, manifest path)."""
+    check: Callable[[Any], bool]
+    """Predicate over the field's value."""
+    expected: str
+    """What an acceptable value looks like, for the error message."""
+
+
+def first_violation(values: Mapping[str, Any], rules: Iterable[Rule], prefix: str = "") -> ConfigError | None:
+    """The first rule `values` breaks, as a ConfigError, or None. Fields absent from `values` are not checked."""
+    for rule in rules:
+        if rule.field not in values:
+            continue
+        value = values[rule.field]
+        try:
+            ok = rule.check(value)
+        except (TypeError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            return ConfigError(prefix + rule.field, value, rule.expected)
+    return None
+
+
+def validate(values: Mapping[str, Any], rules: Iterable[Rule], prefix: str = "") -> None:
+    """Raise the first violation of `rules` by `values` (see `first_violation`)."""
+    err = first_violation(values, rules, prefix)
+    if err is not None:
+        raise err
+
+
+def is_int_between(lo: int, hi: int) -> Callable[[Any], bool]:
+    """Predicate: an int (not a bool) within [lo, hi]."""
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def is_one_of(*allowed: str) -> Callable[[Any], bool]:
+    """Predicate: one of the allowed strings."""
+    return lambda v: v in allowed

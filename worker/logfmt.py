@@ -1,0 +1,45 @@
+"""One-line, human-readable structured log events: `event.name key=value key="value with spaces"`."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+_SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:@+,%")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    text = str(value).replace("\r", " ").replace("\n", " ")
+    if text and set(text) <= _SAFE:
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def event(name: str, **fields: Any) -> str:
+    """Render one event as a single line; None values print as '-', floats with two decimals (seconds)."""
+    return " ".join([name] + [f"{k}={_fmt(v)}" for k, v in fields.items()])
+
+
+def setup_logging(level: str | None = None) -> None:
+    """Log to stderr, one line per event with a UTC timestamp; level from `level`, else $LOG_LEVEL, else INFO."""
+    import time
+
+    level_name = (level or os.environ.get("LOG_LEVEL") or "INFO").upper()
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(levelname)-7s %(message)s", "%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level_name, logging.INFO))
+    for noisy in ("botocore", "boto3", "urllib3", "s3transfer"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

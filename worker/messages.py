@@ -1,0 +1,238 @@
+"""The queue message contract: one JSON body per slide, checked against a table of rules with one-line errors."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+#: Suffixes stripped (longest first, case-insensitive) from a slide's file name to get its default slide_id.
+SLIDE_SUFFIXES = (".ome.tiff", ".ome.tif", ".tiff", ".tif", ".svs")
+
+#: Names of the three result files, in upload order; the summary JSON is last because it is the commit marker.
+OUTPUT_SUFFIXES = (".overlay.ome.tif", ".preview.png", ".json")
+
+# S3 bucket names: 3-63 characters of lowercase letters, digits, dots and hyphens, starting and ending alphanumeric.
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# slide_id becomes part of file names and S3 keys: no slashes, no leading dot, at most 128 characters.
+_SLIDE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+# study is used as the FIFO MessageGroupId and as a key of per-study state; SQS allows 1-128 printable ASCII.
+_STUDY = re.compile(r"^[!-~]{1,128}$")
+_MAX_SEQUENCE = 2**63 - 1
+
+
+class ContractError(ValueError):
+    """A message body that breaks the contract; `str()` is one line naming the field and the offending value."""
+
+    def __init__(self, field: str, value: Any, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{field}={_show(value)}: {problem}")
+
+
+@dataclass(frozen=True)
+class S3Uri:
+    """A parsed `s3://bucket/key` address."""
+
+    bucket: str
+    """The bucket name (validated against S3's naming rules)."""
+    key: str
+    """The object key or key prefix, without the leading slash ('' for the bucket root)."""
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    def child(self, name: str) -> "S3Uri":
+        """The address of `name` under this prefix (the prefix must end with '/' or be empty)."""
+        return S3Uri(self.bucket, self.key + name)
+
+
+@dataclass(frozen=True)
+class SlideMessage:
+    """One validated work item: which slide to read, where its three results go, and its place in a study."""
+
+    slide: S3Uri
+    """The input whole-slide image (a TIFF-family file: .tif, .tiff, .ome.tif, .svs)."""
+    output: S3Uri
+    """The key prefix (ending in '/') under which `<slide_id>.overlay.ome.tif`, `.preview.png` and `.json` go."""
+    slide_id: str
+    """The name of this slide's results; defaults to the slide's file name without its TIFF suffix."""
+    study: str | None = None
+    """The study the slide belongs to (the FIFO MessageGroupId); None when the producer gave none."""
+    sequence: int | None = None
+    """The slide's position within its study (0 or more), used to detect gaps and reordering; None if not given."""
+
+    def output_uri(self, suffix: str) -> S3Uri:
+        """The S3 address of one result file (`suffix` is one of OUTPUT_SUFFIXES)."""
+        return self.output.child(self.slide_id + suffix)
+
+    @property
+    def summary_uri(self) -> S3Uri:
+        """The summary JSON's address: its presence (with the input's ETag) marks the slide as finished."""
+        return self.output_uri(".json")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The message as a JSON-ready dict in contract form (with slide_id filled in)."""
+        d: dict[str, Any] = {"slide": str(self.slide), "output": str(self.output), "slide_id": self.slide_id}
+        if self.study is not None:
+            d["study"] = self.study
+        if self.sequence is not None:
+            d["sequence"] = self.sequence
+        return d
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    """A short one-line rendering of a value for error messages."""
+    try:
+        text = json.dumps(value, ensure_ascii=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_s3_uri(value: str) -> S3Uri:
+    """Split `s3://bucket/key` into bucket and key; raise ValueError with the reason when it is not one."""
+    if not value.startswith("s3://"):
+        raise ValueError("must start with s3://")
+    bucket, sep, key = value[5:].partition("/")
+    if not _BUCKET.match(bucket) or ".." in bucket:
+        raise ValueError(f"bucket name {bucket!r} is not a valid S3 bucket name")
+    if not sep:
+        raise ValueError("must be s3://bucket/... with a '/' after the bucket")
+    return S3Uri(bucket, key)
+
+
+def default_slide_id(key: str) -> str:
+    """The slide's file stem: its last path segment minus .ome.tif/.ome.tiff/.tif/.tiff/.svs (case-insensitive)."""
+    name = key.rsplit("/", 1)[-1]
+    lower = name.lower()
+    for suffix in SLIDE_SUFFIXES:
+        if lower.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+# --- the rules -------------------------------------------------------------------------------------------------
+# Each rule: (field, applies when the field is present?, check returning None or the problem in words).
+# They run in table order and the first failure is reported, so messages stay one line and deterministic.
+
+def _is_str(v: Any) -> str | None:
+    return None if isinstance(v, str) else f"must be a string, got {type(v).__name__}"
+
+
+def _slide_uri(v: Any) -> str | None:
+    try:
+        uri = parse_s3_uri(v)
+    except ValueError as e:
+        return str(e)
+    if not uri.key or uri.key.endswith("/"):
+        return "must name an object (s3://bucket/key.tif), not a bucket or prefix"
+    name = uri.key.rsplit("/", 1)[-1].lower()
+    if not name.endswith(SLIDE_SUFFIXES):
+        return "must be a TIFF-family slide (.tif, .tiff, .ome.tif, .ome.tiff or .svs)"
+    return None
+
+
+def _output_uri(v: Any) -> str | None:
+    try:
+        uri = parse_s3_uri(v)
+    except ValueError as e:
+        return str(e)
+    if uri.key and not uri.key.endswith("/"):
+        return "must be a prefix ending in '/' (s3://bucket/prefix/)"
+    if "//" in uri.key or uri.key.startswith("/"):
+        return "must not contain an empty path segment ('//')"
+    return None
+
+
+def _slide_id(v: Any) -> str | None:
+    if not _SLIDE_ID.match(v):
+        return "must be 1-128 characters of letters, digits, '.', '_' or '-' (no '/', not starting with '.' or '-')"
+    return None
+
+
+def _study(v: Any) -> str | None:
+    if not _STUDY.match(v):
+        return "must be 1-128 printable ASCII characters without spaces (it is the FIFO MessageGroupId)"
+    return None
+
+
+def _sequence(v: Any) -> str | None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        return f"must be an integer, got {type(v).__name__}"
+    if not 0 <= v <= _MAX_SEQUENCE:
+        return "must be between 0 and 2^63-1"
+    return None
+
+
+REQUIRED = ("slide", "output")
+OPTIONAL = ("slide_id", "study", "sequence")
+
+#: The contract as data: (field, check). Optional fields are checked only when present and not null.
+RULES: tuple[tuple[str, Callable[[Any], str | None]], ...] = (
+    ("slide", _is_str),
+    ("slide", _slide_uri),
+    ("output", _is_str),
+    ("output", _output_uri),
+    ("slide_id", _is_str),
+    ("slide_id", _slide_id),
+    ("study", _is_str),
+    ("study", _study),
+    ("sequence", _sequence),
+)
+
+
+def parse_message(body: str | bytes) -> SlideMessage:
+    """Parse and validate one SQS message body; raise ContractError (one line: field, value, problem) if it is bad."""
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ContractError("body", body[:40], f"is not UTF-8 ({e.reason})") from None
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as e:
+        raise ContractError("body", body, f"is not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(data, dict):
+        raise ContractError("body", data, f"must be a JSON object, got {type(data).__name__}")
+    for field in REQUIRED:
+        if data.get(field) is None:
+            raise ContractError(field, data.get(field), "is required")
+    unknown = sorted(set(data) - set(REQUIRED) - set(OPTIONAL))
+    if unknown:
+        raise ContractError(unknown[0], data[unknown[0]],
+                            f"is not a field of the contract (allowed: {', '.join(REQUIRED + OPTIONAL)})")
+    for field, check in RULES:
+        value = data.get(field)
+        if value is None:
+            continue
+        problem = check(value)
+        if problem:
+            raise ContractError(field, value, problem)
+    slide = parse_s3_uri(data["slide"])
+    slide_id = data.get("slide_id")
+    if slide_id is None:
+        slide_id = default_slide_id(slide.key)
+        problem = _slide_id(slide_id)
+        if problem:
+            raise ContractError("slide", data["slide"],
+                                f"its file stem {slide_id!r} is not a usable slide_id; give slide_id explicitly")
+    return SlideMessage(slide=slide, output=parse_s3_uri(data["output"]), slide_id=slide_id,
+                        study=data.get("study"), sequence=data.get("sequence"))
+
+
+def make_body(slide: str, output: str, *, slide_id: str | None = None, study: str | None = None,
+              sequence: int | None = None) -> str:
+    """Build a contract-conforming message body (validated, so a producer cannot send a bad one by accident)."""
+    d: dict[str, Any] = {"slide": slide, "output": output}
+    if slide_id is not None:
+        d["slide_id"] = slide_id
+    if study is not None:
+        d["study"] = study
+    if sequence is not None:
+        d["sequence"] = sequence
+    body = json.dumps(d, sort_keys=True)
+    parse_message(body)
+    return body
