@@ -171,8 +171,11 @@ KEDA_KUBERNETES: list[tuple[str, str, str]] = [
 """Kubernetes minors each KEDA minor is tested against."""
 
 
+_PROVIDER_ORDER = ("azure", "azure-workload", "gcp", "aws", "aws-eks", "aws-kiam", "none")
+
+
 def keda_providers(keda_version: str) -> tuple[str, ...]:
-    """The `podIdentity.provider` values the given KEDA version's CRD accepts, in history order."""
+    """The `podIdentity.provider` values the given KEDA version's CRD accepts, in the CRD enum's order."""
     v = parse_version(keda_version)
     accepted: list[str] = []
     for since, change, provider, _why in KEDA_PROVIDER_HISTORY:
@@ -182,7 +185,7 @@ def keda_providers(keda_version: str) -> tuple[str, ...]:
             accepted.append(provider)
         elif change == "remove" and provider in accepted:
             accepted.remove(provider)
-    return tuple(accepted)
+    return tuple(sorted(accepted, key=_PROVIDER_ORDER.index))
 
 
 def keda_provider_problem(provider: str, keda_version: str = KEDA_VERSION) -> str | None:

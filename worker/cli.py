@@ -53,16 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default, or $DEVICE), cuda (exit 3 at once without a usable GPU) or cpu")
     c.add_argument("--model", default=_env("MODEL_PATH"), metavar="PATH",
                    help="TorchScript model file (default $MODEL_PATH, else the built-in model)")
-    c.add_argument("--visibility-timeout", type=int, default=int(_env("VISIBILITY_TIMEOUT", 600)), metavar="S",
+    c.add_argument("--visibility-timeout", type=int, default=_env("VISIBILITY_TIMEOUT", "600"), metavar="S",
                    help="seconds a received message stays invisible, renewed while working "
                         "(default $VISIBILITY_TIMEOUT or 600)")
     c.add_argument("--visibility-extension-interval", type=_positive_float,
-                   default=float(_env("VISIBILITY_EXTENSION_INTERVAL", 120)), metavar="S",
+                   default=_env("VISIBILITY_EXTENSION_INTERVAL", "120"), metavar="S",
                    help="seconds between renewals, < --visibility-timeout "
                         "(default $VISIBILITY_EXTENSION_INTERVAL or 120)")
     c.add_argument("--wait-time", type=int, default=20, metavar="S",
                    help="long-poll seconds per receive, 0-20 (default 20)")
-    c.add_argument("--grace-period", type=float, default=float(_env("GRACE_PERIOD", 25)), metavar="S",
+    c.add_argument("--grace-period", type=float, default=_env("GRACE_PERIOD", "25"), metavar="S",
                    help="after SIGTERM: seconds the current slide may still take before it is released "
                         "(default $GRACE_PERIOD or 25; keep below terminationGracePeriodSeconds)")
     c.add_argument("--retry-backoff", type=int, default=30, metavar="S",

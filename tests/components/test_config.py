@@ -1,0 +1,107 @@
+"""The typed stack config: defaults, the example stacks, and one-line errors before any resource."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import catalogue
+from components.config import CONFIG_KEYS, StackConfig, parse_config
+from components.validation import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stack_file(name):
+    raw = yaml.safe_load((ROOT / f"Pulumi.{name}.yaml").read_text())["config"]
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
+
+
+def test_defaults_are_the_catalogue_pins():
+    cfg = parse_config({}, stack="dev")
+    assert cfg.kubernetes_version == catalogue.KUBERNETES_VERSION
+    assert cfg.karpenter_version == catalogue.KARPENTER_VERSION
+    assert cfg.keda_version == catalogue.KEDA_VERSION
+    assert len(cfg.gpu_instance_types) >= 2
+    assert cfg.environment == "dev" and cfg.name_prefix == "gpuburst-dev"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_example_stacks_parse(stack):
+    cfg = parse_config(stack_file(stack), stack=stack)
+    assert isinstance(cfg, StackConfig) and cfg.environment == stack
+    assert {w.name for w in cfg.workloads} == {"slides", "studies"}
+
+
+def test_prod_restricts_the_endpoint_and_pins_the_ami():
+    cfg = parse_config(stack_file("prod"), stack="prod")
+    assert cfg.public_access_cidrs == ("203.0.113.0/24",)
+    assert cfg.ami_alias.startswith("al2023@v")
+    assert cfg.region == "eu-west-1"
+
+
+def one_line(err: ConfigError) -> str:
+    text = str(err)
+    assert "\n" not in text
+    return text
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError) as e:
+        parse_config({"gpuburst:gpuInstanceType": "g5.xlarge"})
+    text = one_line(e.value)
+    assert "gpuburst:gpuInstanceType" in text and "g5.xlarge" in text and "gpuInstanceTypes" in text
+
+
+def test_aws_kiam_with_keda_2_20_2_names_field_value_and_allowed_values():
+    with pytest.raises(ConfigError) as e:
+        parse_config({"gpuburst:kedaProvider": "aws-kiam", "gpuburst:kedaVersion": "2.20.2"})
+    text = one_line(e.value)
+    assert text.startswith("gpuburst:kedaProvider: 'aws-kiam'")
+    for allowed in catalogue.keda_providers("2.20.2"):
+        assert allowed in text
+
+
+def test_single_instance_type_refused():
+    with pytest.raises(ConfigError, match=r"gpuburst:gpuInstanceTypes: \['g5.xlarge'\]"):
+        parse_config({"gpuburst:gpuInstanceTypes": json.dumps(["g5.xlarge"])})
+
+
+def test_duplicate_spelling_of_one_type_refused():
+    with pytest.raises(ConfigError, match="gpuInstanceTypes"):
+        parse_config({"gpuburst:gpuInstanceTypes": json.dumps(["g5.xlarge", "g5.xlarge"])})
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("karpenterVersion", "1.0.1", "1.0.1"),
+    ("kedaVersion", "2.18.0", "2.18.0"),
+    ("amiAlias", "al2@latest", "al2@latest"),
+    ("gpuLimit", "0", "0"),
+    ("publicAccessCidrs", json.dumps(["10.0.0.0/33"]), "10.0.0.0/33"),
+    ("alarmEmails", json.dumps(["not-an-address"]), "not-an-address"),
+    ("environment", "Prod_1", "Prod_1"),
+])
+def test_bad_values_name_key_and_value(key, value, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_config({f"gpuburst:{key}": value})
+    text = one_line(e.value)
+    assert f"gpuburst:{key}" in text and needle in text
+
+
+def test_kubernetes_outside_supported_range():
+    with pytest.raises(ConfigError, match=r"gpuburst:kubernetesVersion: '1.32'.*keda"):
+        parse_config({"gpuburst:kubernetesVersion": "1.32"})
+
+
+def test_workload_facts_are_checked():
+    bad = {"gpuburst:workloads": json.dumps({"slides": {"modelLoadSeconds": 45}})}
+    with pytest.raises(ConfigError, match=r"gpuburst:workloads.slides.modelLoadSeconds"):
+        parse_config(bad)
+    bad = {"gpuburst:workloads": json.dumps({"slides": {"pattern": "lambda"}})}
+    with pytest.raises(ConfigError, match=r"gpuburst:workloads.slides.pattern: 'lambda'"):
+        parse_config(bad)
+
+
+def test_other_namespaces_are_ignored():
+    cfg = parse_config({"aws:region": "eu-central-1", "pulumi:tags": "{}"})
+    assert cfg.region == "eu-central-1"
