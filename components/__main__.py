@@ -16,9 +16,11 @@ def _synth(argv: list[str]) -> int:
                     "OUT/plan.json (every registration, sorted by URN) and OUT/manifests/*.yaml.")
     parser.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml to read (default: dev)")
     parser.add_argument("--out", default="out", type=Path, help="output folder (default: out)")
+    parser.add_argument("--stack-file", type=Path, default=None,
+                        help="read the config from this YAML file instead of Pulumi.<stack>.yaml")
     args = parser.parse_args(argv)
     try:
-        result = synth(args.stack, args.out)
+        result = synth(args.stack, args.out, stack_file=args.stack_file)
     except (SynthError, ConfigError) as e:
         print(f"synth: {e}", file=sys.stderr)
         return 2

@@ -24,9 +24,12 @@ class SynthError(Exception):
     """The synth could not run: a missing stack file, unreadable YAML, or a bad stack config (one line)."""
 
 
-def read_stack_config(stack: str, project_dir: Path = REPO_ROOT) -> dict[str, Any]:
-    """The `config:` map of Pulumi.<stack>.yaml, as the engine would pass it (non-strings JSON-encoded)."""
-    path = project_dir / f"Pulumi.{stack}.yaml"
+def read_stack_config(stack: str, project_dir: Path = REPO_ROOT, stack_file: Path | None = None) -> dict[str, Any]:
+    """The `config:` map of Pulumi.<stack>.yaml (or `stack_file`), as the engine would pass it (non-strings
+    JSON-encoded)."""
+    path = stack_file or project_dir / f"Pulumi.{stack}.yaml"
+    if stack_file is not None and not path.is_file():
+        raise SynthError(f"--stack-file {str(path)!r}: no such file")
     if not path.is_file():
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in project_dir.glob("Pulumi.*.yaml"))
         raise SynthError(f"--stack {stack!r}: no {path.name} in {project_dir} (stacks: {', '.join(known) or 'none'})")
@@ -92,9 +95,10 @@ class SynthOutput:
     manifests: list[str]
 
 
-def synth(stack: str = "dev", out_dir: Path = Path("out"), project_dir: Path = REPO_ROOT) -> SynthOutput:
+def synth(stack: str = "dev", out_dir: Path = Path("out"), project_dir: Path = REPO_ROOT,
+          stack_file: Path | None = None) -> SynthOutput:
     """Run the program for `stack` under mocks and write out/plan.json and out/manifests/*.yaml."""
-    config = read_stack_config(stack, project_dir)
+    config = read_stack_config(stack, project_dir, stack_file)
     result = run_program(stack, config, project_dir)
     plan = plan_document(stack, result)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,127 @@
+"""Test helpers shared by the worker's server tests: queues with a dead-letter queue, slides in S3, queue counts."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+ROOT = Path(__file__).resolve().parents[2]
+SLIDES, RESULTS = "slides-in", "results-out"
+
+
+def clients() -> tuple[Any, Any]:
+    """(s3, sqs) clients on the environment the `aws` fixture set."""
+    return boto3.client("s3"), boto3.client("sqs")
+
+
+def make_queues(sqs: Any, *, fifo: bool = False, max_receive: int = 3, name: str = "work") -> tuple[str, str]:
+    """A work queue with a RedrivePolicy onto its own dead-letter queue; returns (work URL, DLQ URL)."""
+    suffix = ".fifo" if fifo else ""
+    extra = {"FifoQueue": "true"} if fifo else {}
+    dlq = sqs.create_queue(QueueName=f"{name}-dlq{suffix}", Attributes=extra)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    attrs = {**extra, "VisibilityTimeout": "30",
+             "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": str(max_receive)})}
+    url = sqs.create_queue(QueueName=f"{name}{suffix}", Attributes=attrs)["QueueUrl"]
+    return url, dlq
+
+
+def make_buckets(s3: Any) -> None:
+    """The input and output buckets."""
+    for b in (SLIDES, RESULTS):
+        s3.create_bucket(Bucket=b)
+
+
+def send(sqs: Any, url: str, body: Any, *, group: str | None = None, dedup: str | None = None) -> str:
+    """Send one message (a dict is JSON-encoded); returns its message id."""
+    kwargs: dict[str, Any] = {"QueueUrl": url, "MessageBody": body if isinstance(body, str) else json.dumps(body)}
+    if url.endswith(".fifo"):
+        kwargs["MessageGroupId"] = group or "default"
+        kwargs["MessageDeduplicationId"] = dedup or str(time.monotonic_ns())
+    return sqs.send_message(**kwargs)["MessageId"]
+
+
+def counts(sqs: Any, url: str) -> tuple[int, int]:
+    """(visible, in flight) message counts of a queue."""
+    a = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+        "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+    return int(a["ApproximateNumberOfMessages"]), int(a["ApproximateNumberOfMessagesNotVisible"])
+
+
+def drain(sqs: Any, url: str, *, wait_s: int = 1) -> list[dict]:
+    """Receive every visible message (with attributes) without deleting them (they hide for 30 s)."""
+    out: list[dict] = []
+    while True:
+        r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=wait_s, VisibilityTimeout=30,
+                                MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"])
+        if not r.get("Messages"):
+            return out
+        out.extend(r["Messages"])
+
+
+def keys(s3: Any, bucket: str = RESULTS) -> list[str]:
+    """All keys in a bucket, sorted."""
+    return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+
+
+def get_json(s3: Any, key: str, bucket: str = RESULTS) -> dict:
+    """One JSON object from S3."""
+    return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+class Proc:
+    """A worker subprocess with its stderr collected line by line; always killed in `close()`."""
+
+    def __init__(self, args: list[str], env: dict[str, str], *, harness: bool = False) -> None:
+        cmd = [sys.executable, str(ROOT / "tests" / "worker" / "consumer_harness.py")] if harness else [
+            sys.executable, "-m", "worker"]
+        full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.p = subprocess.Popen(cmd + args, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+
+    def wait_for(self, needle: str, timeout_s: float) -> str:
+        """Read output until a line contains `needle`; fail with the output so far after `timeout_s`."""
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(self.p.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=max(0.0, min(0.5, deadline - time.monotonic()))):
+                continue
+            line = self.p.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+            if needle in line:
+                return line
+        raise AssertionError(f"no line with {needle!r} within {timeout_s} s; output:\n" + "\n".join(self.lines))
+
+    def finish(self, timeout_s: float) -> int:
+        """Wait for exit (collecting the rest of the output); return the exit code."""
+        out, _ = self.p.communicate(timeout=timeout_s)
+        self.lines.extend(out.splitlines())
+        return self.p.returncode
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def signal(self, sig: int) -> None:
+        self.p.send_signal(sig)
+
+    def close(self) -> None:
+        """Kill the process if it still runs (by its own handle)."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGKILL)
+            self.p.wait(timeout=10)
+        if self.p.stdout:
+            self.p.stdout.close()

@@ -1,0 +1,67 @@
+"""Test-only slide processors: a fast, controllable stand-in for process_slide, and a slowing wrapper for the real one."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+
+def _sleep(seconds: float, progress: Callable[..., None] | None, step_s: float = 0.05) -> None:
+    """Sleep in small steps, calling progress(done, total) between them like a tile loop would."""
+    end = time.monotonic() + seconds
+    n = max(1, int(seconds / step_s))
+    i = 0
+    while time.monotonic() < end:
+        time.sleep(min(step_s, max(0.0, end - time.monotonic())))
+        i += 1
+        if progress is not None:
+            progress(min(i, n), n)
+
+
+class StandIn:
+    """Writes the three result files with a tiny summary; can sleep, fail, or skip a file. Records every call."""
+
+    def __init__(self, delay_s: float = 0.0, *, fail: BaseException | None = None, skip_suffix: str | None = None,
+                 interruptible: bool = True, during: Callable[[str], None] | None = None,
+                 areas: dict[str, float] | None = None) -> None:
+        self.delay_s = delay_s
+        self.fail = fail
+        self.skip_suffix = skip_suffix
+        self.interruptible = interruptible
+        self.during = during
+        self.areas = areas or {"tumour": 100.0, "stroma": 50.0}
+        self.calls: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, slide_path: Path, out_dir: Path, slide_id: str, progress: Callable[..., None]) -> dict:
+        with self.lock:
+            self.calls.append(slide_id)
+        if self.interruptible:
+            _sleep(self.delay_s, progress)
+        else:
+            time.sleep(self.delay_s)
+        if self.during is not None:
+            self.during(slide_id)
+        if self.fail is not None:
+            raise self.fail
+        summary: dict[str, Any] = {"slide_id": slide_id, "tiles": {"seen": 4}, "tissue": {"percent": 25.0,
+                                   "area_um2": sum(self.areas.values())}, "class_areas_um2": dict(self.areas),
+                                   "input_bytes": Path(slide_path).stat().st_size}
+        files = {".overlay.ome.tif": b"II*\x00overlay", ".preview.png": b"\x89PNG preview",
+                 ".json": json.dumps(summary).encode()}
+        for suffix, data in files.items():
+            if suffix != self.skip_suffix:
+                (out_dir / f"{slide_id}{suffix}").write_bytes(data)
+        return summary
+
+
+def slow_before(seconds: float) -> Callable[[Callable], Callable]:
+    """Wrap a real processor so it spends `seconds` (calling progress) before it starts: a deterministic window."""
+    def wrap(real: Callable) -> Callable:
+        def processor(slide_path: Path, out_dir: Path, slide_id: str, progress: Callable[..., None]) -> dict:
+            _sleep(seconds, progress)
+            return real(slide_path, out_dir, slide_id, progress)
+        return processor
+    return wrap
