@@ -106,25 +106,25 @@ class RealisticMocks(pulumi.runtime.Mocks):
             out.setdefault("arn", self._arn(t.split(":")[1].split("/")[0], physical))
         return rid, out
 
-    def call(self, args: _mocks.MockCallArgs) -> tuple[dict, list | None]:
+    def call(self, args: _mocks.MockCallArgs) -> dict:
         tok = args.token
         if tok == "aws:ecr/getAuthorizationToken:getAuthorizationToken":
             return {"userName": "AWS", "password": "mock-ecr-token", "authorizationToken": "QVdTOm1vY2s=",
                     "proxyEndpoint": f"https://{FAKE_ACCOUNT}.dkr.ecr.{self.region}.amazonaws.com",
-                    "expiresAt": "2099-01-01T00:00:00Z", "id": self.region}, None
+                    "expiresAt": "2099-01-01T00:00:00Z", "id": self.region}
         if tok == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": FAKE_ACCOUNT, "arn": self._arn("iam", "user/mock", regional=False),
-                    "userId": "AIDA" + "0" * 17, "id": FAKE_ACCOUNT}, None
+                    "userId": "AIDA" + "0" * 17, "id": FAKE_ACCOUNT}
         if tok == "aws:index/getRegion:getRegion":
-            return {"name": self.region, "region": self.region, "id": self.region}, None
+            return {"name": self.region, "region": self.region, "id": self.region}
         if tok == "aws:index/getPartition:getPartition":
-            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}, None
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if tok == "aws:index/getAvailabilityZones:getAvailabilityZones":
             zones = [f"{self.region}{z}" for z in "abc"]
-            return {"names": zones, "zoneIds": [f"use1-az{i}" for i in (1, 2, 3)], "id": self.region}, None
+            return {"names": zones, "zoneIds": [f"use1-az{i}" for i in (1, 2, 3)], "id": self.region}
         if tok == "aws:iam/getPolicyDocument:getPolicyDocument":
-            return {"json": json.dumps({"Version": "2012-10-17", "Statement": []}), "id": "doc"}, None
-        return {}, None
+            return {"json": json.dumps({"Version": "2012-10-17", "Statement": []}), "id": "doc"}
+        return {}
 
 
 def to_plain(value: Any) -> Any:
