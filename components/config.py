@@ -98,7 +98,7 @@ class StackConfig:
     oldest_message_alarm_s: int = 900
     """Alarm when the oldest waiting message is older than this many seconds. Default: 900."""
     alarm_emails: tuple[str, ...] = ()
-    """E-mail addresses subscribed to the alarm topic. Default: none."""
+    """E-mail addresses subscribed to the alarm topics. Required: at least one (each must confirm AWS's e-mail)."""
     workloads: tuple[WorkloadConfig, ...] = field(default_factory=_default_workloads)
     """The queue-driven GPU workloads. Default: `slides` (independent) and `studies` (ordered, stateful)."""
 
@@ -183,8 +183,8 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
              "a non-empty list of IPv4 CIDRs such as 203.0.113.0/24"),
         Rule("maxReceiveCount", is_int_between(1, 1000), "an integer from 1 to 1000"),
         Rule("oldestMessageAlarmS", is_int_between(60, 1209600), "seconds from 60 to 1209600"),
-        Rule("alarmEmails", lambda v: _str_list(v) and all(_EMAIL.match(x) for x in v),
-             "a list of e-mail addresses"),
+        Rule("alarmEmails", lambda v: _str_list(v) and len(v) >= 1 and all(_EMAIL.match(x) for x in v),
+             "a non-empty list of e-mail addresses (the alarms are how silent failures reach a person)"),
         Rule("workloads", lambda v: isinstance(v, dict) and len(v) >= 1,
              "a mapping of workload name to its facts (itemsIndependent, ordered, stateful, modelLoadS, ...)"),
     ]
@@ -239,6 +239,9 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
             values[key] = str(raw_value)
     values.setdefault("environment", stack)
     validate(values, _rules(values), prefix)
+    if "alarmEmails" not in values:
+        raise ConfigError(prefix + "alarmEmails", None, "required: a non-empty list of e-mail addresses "
+                                                        "(the alarms are how silent failures reach a person)")
 
     kwargs: dict[str, Any] = {}
     for key, value in values.items():

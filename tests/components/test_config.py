@@ -17,8 +17,11 @@ def stack_file(name):
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
 
 
+MINIMAL = {"gpuburst:alarmEmails": json.dumps(["oncall@example.org"])}
+
+
 def test_defaults_are_the_catalogue_pins():
-    cfg = parse_config({}, stack="dev")
+    cfg = parse_config(MINIMAL, stack="dev")
     assert cfg.kubernetes_version == catalogue.KUBERNETES_VERSION
     assert cfg.karpenter_version == catalogue.KARPENTER_VERSION
     assert cfg.keda_version == catalogue.KEDA_VERSION
@@ -90,18 +93,23 @@ def test_bad_values_name_key_and_value(key, value, needle):
 
 def test_kubernetes_outside_supported_range():
     with pytest.raises(ConfigError, match=r"gpuburst:kubernetesVersion: '1.32'.*keda"):
-        parse_config({"gpuburst:kubernetesVersion": "1.32"})
+        parse_config({**MINIMAL, "gpuburst:kubernetesVersion": "1.32"})
 
 
 def test_workload_facts_are_checked():
-    bad = {"gpuburst:workloads": json.dumps({"slides": {"modelLoadSeconds": 45}})}
+    bad = {**MINIMAL, "gpuburst:workloads": json.dumps({"slides": {"modelLoadSeconds": 45}})}
     with pytest.raises(ConfigError, match=r"gpuburst:workloads.slides.modelLoadSeconds"):
         parse_config(bad)
-    bad = {"gpuburst:workloads": json.dumps({"slides": {"pattern": "lambda"}})}
+    bad = {**MINIMAL, "gpuburst:workloads": json.dumps({"slides": {"pattern": "lambda"}})}
     with pytest.raises(ConfigError, match=r"gpuburst:workloads.slides.pattern: 'lambda'"):
         parse_config(bad)
 
 
+def test_alarm_emails_are_required():
+    with pytest.raises(ConfigError, match="gpuburst:alarmEmails: None is not valid: required"):
+        parse_config({})
+
+
 def test_other_namespaces_are_ignored():
-    cfg = parse_config({"aws:region": "eu-central-1", "pulumi:tags": "{}"})
+    cfg = parse_config({**MINIMAL, "aws:region": "eu-central-1", "pulumi:tags": "{}"})
     assert cfg.region == "eu-central-1"
