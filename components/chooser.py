@@ -4,7 +4,7 @@ The two patterns trade model loads against parallelism. Per burst of `n` items, 
 `t` = seconds per item:
 
 - **ScaledJob** loads the model once per item, so it spends `jobs_s = n × (L + t)` GPU-seconds. Its wall time
-  with up to `m` = max_parallel_jobs jobs at once is `jobs_wall_s ≈ ceil(n / m) × (L + t)`; work that must run
+  with up to `m` = max_replicas jobs at once is `jobs_wall_s ≈ ceil(n / m) × (L + t)`; work that must run
   in order cannot run in parallel, so then `jobs_wall_s = jobs_s`.
 - **Consumer** (one Deployment replica) loads the model once and processes items one after another:
   `consumer_s = L + n × t`, both its GPU-seconds and its wall time.
@@ -46,7 +46,7 @@ class WorkloadFacts:
     """GPU seconds to process one item once the model is loaded. Required, > 0."""
     burst_items: int
     """Items arriving in one burst. Required, >= 1."""
-    max_parallel_jobs: int = 8
+    max_replicas: int = 8
     """How many jobs may run at once (the ScaledJob's maxReplicaCount, i.e. GPUs available). Default 8, >= 1."""
 
 
@@ -56,7 +56,7 @@ _FACT_RULES = [
     Rule("seconds_per_item", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
          "a number of seconds > 0"),
     Rule("burst_items", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
-    Rule("max_parallel_jobs", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
+    Rule("max_replicas", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
     Rule("items_independent", lambda v: isinstance(v, bool), "True or False"),
     Rule("state_across_messages", lambda v: isinstance(v, bool), "True or False"),
     Rule("ordered", lambda v: isinstance(v, bool), "True or False"),
@@ -76,7 +76,7 @@ class PatternChoice:
     consumer_s: float
     """GPU-seconds (and wall seconds) per burst as one consumer: load + n × per_item."""
     jobs_wall_s: float
-    """Wall seconds per burst as jobs: ceil(n / max_parallel_jobs) × (load + per_item), or jobs_s when the work
+    """Wall seconds per burst as jobs: ceil(n / max_replicas) × (load + per_item), or jobs_s when the work
     cannot run in parallel (ordered or stateful)."""
 
 
@@ -107,7 +107,7 @@ def estimates(facts: WorkloadFacts) -> tuple[float, float, float]:
     if parallel_blocker(facts) is not None:
         jobs_wall_s = jobs_s
     else:
-        jobs_wall_s = math.ceil(n / facts.max_parallel_jobs) * (load + per)
+        jobs_wall_s = math.ceil(n / facts.max_replicas) * (load + per)
     return jobs_s, consumer_s, jobs_wall_s
 
 
@@ -122,7 +122,7 @@ def choose_pattern(facts: WorkloadFacts) -> PatternChoice:
                                          f"vs {consumer_s:,.0f} s as one consumer)", jobs_s, consumer_s, jobs_wall_s)
     if jobs_wall_s < consumer_s:
         return PatternChoice(
-            "scaledjob", f"independent items: {n} items on up to {facts.max_parallel_jobs} parallel jobs take "
+            "scaledjob", f"independent items: {n} items on up to {facts.max_replicas} parallel jobs take "
                          f"{jobs_wall_s:,.0f} s wall ({jobs_s:,.0f} GPU-s) vs {consumer_s:,.0f} s as one consumer; "
                          "the parallel speed-up beats the per-job model load", jobs_s, consumer_s, jobs_wall_s)
     return PatternChoice(

@@ -102,6 +102,10 @@ class RealisticMocks(pulumi.runtime.Mocks):
         elif t == "aws:kms/key:Key":
             out.update({"arn": self._arn("kms", "key/00000000-0000-0000-0000-000000000000"),
                         "keyId": "00000000-0000-0000-0000-000000000000"})
+        elif t == "aws:ec2/launchTemplate:LaunchTemplate":
+            out.update({"arn": self._arn("ec2", f"launch-template/lt-0a1b2c3d4e5f60001"), "latestVersion": 1,
+                        "defaultVersion": 1})
+            rid = "lt-0a1b2c3d4e5f60001"
         elif t.startswith("aws:"):
             out.setdefault("arn", self._arn(t.split(":")[1].split("/")[0], physical))
         return rid, out

@@ -5,6 +5,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -111,6 +112,12 @@ def consume_settings(args: argparse.Namespace) -> Any:
     return s
 
 
+_FLAGS = {"queue_url": "--queue-url", "visibility_timeout_s": "--visibility-timeout",
+          "visibility_extension_interval_s": "--visibility-extension-interval", "wait_time_s": "--wait-time",
+          "max_messages": "--max-messages", "idle_exit_s": "--idle-exit", "grace_period_s": "--grace-period",
+          "retry_backoff_s": "--retry-backoff", "mode": "--mode", "device": "--device"}
+
+
 def cmd_consume(args: argparse.Namespace, **inject: Any) -> int:
     """`consume`: validate settings, GPU self-check, load the model, consume."""
     from worker import consumer
@@ -118,7 +125,10 @@ def cmd_consume(args: argparse.Namespace, **inject: Any) -> int:
     try:
         settings = consume_settings(args)
     except ValueError as e:
-        print(f"python -m worker consume: error: {e}", file=sys.stderr)
+        text = str(e)
+        for name, flag in _FLAGS.items():  # say it in the user's terms: the flag, not the dataclass field
+            text = re.sub(rf"\b{name}\b", flag, text)
+        print(f"python -m worker consume: error: {text}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return consumer.run(settings, **inject)

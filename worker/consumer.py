@@ -172,6 +172,7 @@ class Consumer:
         self.fifo = False
         self.dlq_url: str | None = None
         self.max_receive_count: int | None = None
+        self._described = False
         self._stop = threading.Event()
         self._stop_at: float | None = None
         self._finished = threading.Event()
@@ -207,18 +208,22 @@ class Consumer:
     def describe_queue(self) -> None:
         """Read the queue's FifoQueue and RedrivePolicy; find the dead-letter queue's URL (errors propagate)."""
         attrs = self.sqs.get_queue_attributes(QueueUrl=self.settings.queue_url,
-                                              AttributeNames=["FifoQueue", "RedrivePolicy", "QueueArn"])["Attributes"]
+                                              AttributeNames=["FifoQueue", "RedrivePolicy"]).get("Attributes", {})
         self.fifo = attrs.get("FifoQueue") == "true"
         policy = attrs.get("RedrivePolicy")
         if policy:
             p = json.loads(policy)
             self.max_receive_count = int(p.get("maxReceiveCount", 0)) or None
-            name, account = s3io.queue_name_from_arn(p["deadLetterTargetArn"])
-            self.dlq_url = self.sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+            name, _account = s3io.queue_name_from_arn(p["deadLetterTargetArn"])
+            # SQS requires the DLQ in the same account and region as its source queue, so its URL is the work
+            # queue's URL with the last segment replaced: no sqs:GetQueueUrl grant on the DLQ needed, only
+            # sqs:SendMessage (and the DLQ key's kms:GenerateDataKey/Decrypt when it is KMS-encrypted).
+            self.dlq_url = self.settings.queue_url.rsplit("/", 1)[0] + "/" + name
         log.info(event("queue.ready", queue=self.settings.queue_url, fifo=self.fifo, dlq=self.dlq_url,
                        max_receive_count=self.max_receive_count, mode=self.settings.mode,
                        visibility_timeout_s=self.settings.visibility_timeout_s,
                        extension_interval_s=float(self.settings.visibility_extension_interval_s)))
+        self._described = True
         if not self.dlq_url:
             log.warning(event("queue.no_dlq", queue=self.settings.queue_url,
                               detail="no RedrivePolicy: bad messages are logged and left on the queue"))
@@ -226,7 +231,8 @@ class Consumer:
     def run(self) -> int:
         """Consume until the mode's exit condition; return the process exit code (0, or 1 if SQS keeps failing)."""
         s = self.settings
-        self.describe_queue()
+        if not self._described:
+            self.describe_queue()
         watchdog = threading.Thread(target=self._watchdog, name="grace-watchdog", daemon=True)
         watchdog.start()
         received = 0
@@ -277,7 +283,12 @@ class Consumer:
                     log.info(event("message.released", msg=msg["MessageId"], reason="received after stop request"))
                     self.outcomes.append(Outcome(msg["MessageId"], "released", reason="received after stop"))
                     continue
-                self.outcomes.append(self.handle(msg))
+                try:
+                    self.outcomes.append(self.handle(msg))
+                except Exception as e:  # noqa: BLE001 - a bug here must not end a service; the message stays
+                    log.error(event("message.failed", msg=msg["MessageId"], error=type(e).__name__, detail=str(e),
+                                    at=_where(e)))
+                    self.outcomes.append(Outcome(msg["MessageId"], "retry", reason=f"{type(e).__name__}: {e}"))
                 last_message_at = time.monotonic()
         finally:
             self._finished.set()
@@ -353,7 +364,8 @@ class Consumer:
             if self.settings.mode == "service" and study is not None:
                 self.studies[study] = (self.studies.get(study) or StudyState(study)).after(m.slide_id, m.sequence,
                                                                                            None)
-            return self._dead_letter(msg, f"bad slide: {e}", base, t0)
+            reason = str(e) if isinstance(e, PermanentError) else f"bad slide {m.slide}: {e}"
+            return self._dead_letter(msg, reason, base, t0)
         except Exception as e:  # noqa: BLE001 - anything else may be transient: leave it for redelivery
             self._idle()
             return self._retry(msg, f"{type(e).__name__}: {e} (at {_where(e)})", base, receives, t0)
@@ -381,7 +393,7 @@ class Consumer:
             info = s3io.head(self.s3, m.slide)
         except Exception as e:
             if s3io.is_not_found(e):
-                raise PermanentError(f"slide object not found: {m.slide}") from None
+                raise PermanentError(f"bad slide {m.slide}: slide object not found") from None
             raise
         existing = s3io.get_json(self.s3, m.summary_uri)
         if existing is not None and (existing[0].get("input") or {}).get("etag") == info.etag:
@@ -469,7 +481,11 @@ class Consumer:
 
     # --- final actions -----------------------------------------------------------------------------------------
     def _delete(self, msg: dict) -> None:
-        self.sqs.delete_message(QueueUrl=self.settings.queue_url, ReceiptHandle=msg["ReceiptHandle"])
+        try:
+            self.sqs.delete_message(QueueUrl=self.settings.queue_url, ReceiptHandle=msg["ReceiptHandle"])
+        except Exception as e:  # noqa: BLE001 - it comes back, and is then skipped as already done
+            log.warning(event("message.delete_failed", msg=msg["MessageId"], error=s3io.error_code(e) or
+                              type(e).__name__, detail=str(e)))
 
     def _change_visibility(self, msg: dict, seconds: int) -> bool:
         try:
@@ -538,6 +554,10 @@ class Consumer:
 
 
 # --- wiring --------------------------------------------------------------------------------------------------
+def _not_loaded(*_: Any) -> dict:
+    raise RuntimeError("no processor: the model is not loaded yet")
+
+
 def model_processor(model: Any) -> Processor:
     """The production processor: the compute half's process_slide with a model loaded once per process."""
     from worker.pipeline import process_slide
@@ -564,8 +584,10 @@ def run(settings: ConsumerSettings, *, processor: Processor | None = None,
     `processor` replaces the model and device entirely (tests); `wrap_processor` decorates the real one.
     """
     settings.validate()
+    device = None if processor is not None else select_and_describe(settings.device)
+    consumer = Consumer(settings, processor or _not_loaded)
+    consumer.describe_queue()  # a wrong queue URL or missing permission fails before the (slow) model load
     if processor is None:
-        device = select_and_describe(settings.device)
         from worker.model import load_model
 
         t0 = time.monotonic()
@@ -573,9 +595,7 @@ def run(settings: ConsumerSettings, *, processor: Processor | None = None,
         log.info(event("model.loaded", name=getattr(model, "name", "?"), version=getattr(model, "version", "?"),
                        path=settings.model_path or "built-in", seconds=time.monotonic() - t0))
         processor = model_processor(model)
-    if wrap_processor is not None:
-        processor = wrap_processor(processor)
-    consumer = Consumer(settings, processor)
+    consumer.processor = wrap_processor(processor) if wrap_processor is not None else processor
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,38 +8,25 @@ from typing import Any
 
 
 def slide_metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    """Pick the numbers the consumer reports from a pipeline summary: tiles, tissue %, areas in µm².
+    """Pick the numbers the consumer reports from a process_slide summary: tiles, tissue %, areas in µm².
 
-    Returns keys `tiles_seen` (int or None), `tissue_percent` (float or None), `tissue_area_um2` (float or None)
-    and `class_areas_um2` ({class name: µm²}, empty when unknown). Missing keys give None rather than an error,
-    so a summary from another pipeline version never stops the queue.
+    Returns `tiles_seen` (int or None), `tissue_percent` (float or None), `tissue_area_um2` (float or None) and
+    `class_areas_um2` ({class: µm²} without the background class, index 0 of `classes`). A missing key gives None
+    or {} rather than an error, so a summary from another pipeline version never stops the queue.
     """
-    tiles = summary.get("tiles") if isinstance(summary.get("tiles"), dict) else {}
-    tissue = summary.get("tissue") if isinstance(summary.get("tissue"), dict) else {}
+    def number(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-    def first(*values: Any) -> Any:
-        for v in values:
-            if v is not None:
-                return v
-        return None
-
-    tiles_seen = first(tiles.get("seen"), tiles.get("total"), tiles.get("processed"),
-                       summary.get("tiles_seen"), summary.get("n_tiles"))
-    tissue_percent = first(tissue.get("percent"), summary.get("tissue_percent"))
-    if tissue_percent is None:
-        frac = first(tissue.get("fraction"), summary.get("tissue_fraction"))
-        tissue_percent = None if frac is None else 100.0 * float(frac)
-    tissue_area = first(tissue.get("area_um2"), summary.get("tissue_area_um2"))
-    areas = first(summary.get("class_areas_um2"), (summary.get("classes") or {}) if isinstance(
-        summary.get("classes"), dict) else None, {})
-    class_areas: dict[str, float] = {}
-    if isinstance(areas, dict):
-        for name, v in areas.items():
-            if isinstance(v, dict):
-                v = v.get("area_um2")
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                class_areas[str(name)] = float(v)
-    return {"tiles_seen": tiles_seen, "tissue_percent": tissue_percent, "tissue_area_um2": tissue_area,
+    classes = summary.get("classes")
+    background = classes[0] if isinstance(classes, list) and classes else "background"
+    areas = summary.get("class_area_um2")
+    class_areas = {str(k): number(v) for k, v in areas.items() if k != background and number(v) is not None} \
+        if isinstance(areas, dict) else {}
+    fraction = number(summary.get("tissue_fraction"))
+    tiles = summary.get("tiles_seen")
+    return {"tiles_seen": tiles if isinstance(tiles, int) else None,
+            "tissue_percent": None if fraction is None else 100.0 * fraction,
+            "tissue_area_um2": number(summary.get("tissue_area_um2")),
             "class_areas_um2": class_areas}
 
 

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,13 @@ import boto3
 
 ROOT = Path(__file__).resolve().parents[2]
 SLIDES, RESULTS = "slides-in", "results-out"
+
+
+def aws_child_env(endpoint_url: str) -> dict[str, str]:
+    """Environment for a child process that talks to the test's moto_server."""
+    from moto_server import aws_env
+
+    return aws_env(endpoint_url)
 
 
 def clients() -> tuple[Any, Any]:
@@ -77,7 +85,7 @@ def get_json(s3: Any, key: str, bucket: str = RESULTS) -> dict:
 
 
 class Proc:
-    """A worker subprocess with its stderr collected line by line; always killed in `close()`."""
+    """A worker subprocess with its output collected line by line on a thread; always killed in `close()`."""
 
     def __init__(self, args: list[str], env: dict[str, str], *, harness: bool = False) -> None:
         cmd = [sys.executable, str(ROOT / "tests" / "worker" / "consumer_harness.py")] if harness else [
@@ -86,30 +94,34 @@ class Proc:
         self.p = subprocess.Popen(cmd + args, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
+        self._new = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def wait_for(self, needle: str, timeout_s: float) -> str:
-        """Read output until a line contains `needle`; fail with the output so far after `timeout_s`."""
-        import selectors
+    def _read(self) -> None:
+        for line in self.p.stdout:
+            with self._new:
+                self.lines.append(line.rstrip("\n"))
+                self._new.notify_all()
 
-        sel = selectors.DefaultSelector()
-        sel.register(self.p.stdout, selectors.EVENT_READ)
+    def wait_for(self, needle: str, timeout_s: float, start: int = 0) -> str:
+        """Wait until an output line (from index `start`) contains `needle`; fail with the output after timeout_s."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=max(0.0, min(0.5, deadline - time.monotonic()))):
-                continue
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line.rstrip("\n"))
-            if needle in line:
-                return line
-        raise AssertionError(f"no line with {needle!r} within {timeout_s} s; output:\n" + "\n".join(self.lines))
+        with self._new:
+            while True:
+                for line in self.lines[start:]:
+                    if needle in line:
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.p.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(f"no line with {needle!r} within {timeout_s} s; output:\n" + self.output)
+                self._new.wait(timeout=min(left, 0.5))
 
     def finish(self, timeout_s: float) -> int:
-        """Wait for exit (collecting the rest of the output); return the exit code."""
-        out, _ = self.p.communicate(timeout=timeout_s)
-        self.lines.extend(out.splitlines())
-        return self.p.returncode
+        """Wait for exit and for the rest of the output; return the exit code."""
+        code = self.p.wait(timeout=timeout_s)
+        self._reader.join(timeout=10)
+        return code
 
     @property
     def output(self) -> str:
@@ -123,5 +135,4 @@ class Proc:
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGKILL)
             self.p.wait(timeout=10)
-        if self.p.stdout:
-            self.p.stdout.close()
+        self._reader.join(timeout=10)

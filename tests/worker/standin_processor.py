@@ -46,8 +46,10 @@ class StandIn:
             self.during(slide_id)
         if self.fail is not None:
             raise self.fail
-        summary: dict[str, Any] = {"slide_id": slide_id, "tiles": {"seen": 4}, "tissue": {"percent": 25.0,
-                                   "area_um2": sum(self.areas.values())}, "class_areas_um2": dict(self.areas),
+        # The keys process_slide's summary has (a subset).
+        summary: dict[str, Any] = {"slide_id": slide_id, "tiles_seen": 4, "tissue_fraction": 0.25,
+                                   "tissue_area_um2": sum(self.areas.values()), "classes": ["background", *self.areas],
+                                   "class_area_um2": {"background": 1e6, **self.areas},
                                    "input_bytes": Path(slide_path).stat().st_size}
         files = {".overlay.ome.tif": b"II*\x00overlay", ".preview.png": b"\x89PNG preview",
                  ".json": json.dumps(summary).encode()}

@@ -1,0 +1,232 @@
+"""The EKS cluster: pinned Kubernetes, access entries, Pod Identity agent, a small system node group, Karpenter tags."""
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+
+from .catalogue import KUBERNETES_VERSION, kubernetes_problems
+from .karpenter import NODE_MANAGED_POLICIES, node_trust_policy
+from .nodeclass import DISCOVERY_TAG
+from .nodepool import POOL_LABEL
+from .validation import ConfigError, Rule, validate
+
+SYSTEM_POOL = "system"
+"""Value of the `gpuburst.io/pool` label on the system managed node group (controllers: Karpenter, KEDA, CoreDNS)."""
+
+_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]*$")
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[0-9a-z]+$")
+
+
+def _cidr(v: str) -> bool:
+    ipaddress.ip_network(v, strict=True)  # ValueError -> the rule reports it
+    return True
+
+
+def _int(lo: int, hi: int):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _subnets(v) -> bool:
+    # A list (items may be Outputs), never a whole Output: each subnet gets its own discovery Tag resource, and the
+    # number of resources has to be known without waiting for an Output.
+    return v is None or (isinstance(v, (list, tuple)) and len(v) > 0)
+
+
+CLUSTER_RULES = (
+    Rule("cluster.name", lambda v: isinstance(v, str) and len(v) <= 100 and bool(_CLUSTER_NAME.match(v)),
+         "an EKS cluster name: letters, digits, '-', '_', starting with a letter or digit, at most 100 characters"),
+    Rule("cluster.public_access_cidrs", lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0
+                                                                 and all(_cidr(c) for c in v)),
+         "None (AWS's default, 0.0.0.0/0) or a non-empty list of CIDRs like '203.0.113.0/24'"),
+    Rule("cluster.endpoint_private_access", lambda v: v is True,
+         "True: nodes reach the API server inside the VPC"),
+    Rule("cluster.system_instance_types", lambda v: isinstance(v, (list, tuple)) and len(v) > 0
+         and all(isinstance(t, str) and _INSTANCE_TYPE.match(t) for t in v),
+         "a non-empty list of instance types as plain strings, e.g. ['m6i.large']"),
+    Rule("cluster.system_desired_size", _int(2, 50),
+         "an int between 2 and 50 (two Karpenter replicas need two nodes: they refuse to share one)"),
+    Rule("cluster.system_max_size", _int(2, 100), "an int between 2 and 100, at least system_desired_size"),
+    Rule("cluster.system_root_volume_gib", _int(20, 16384), "an int of GiB between 20 and 16384"),
+    Rule("cluster.partition", lambda v: v in ("aws", "aws-us-gov", "aws-cn"), "one of aws, aws-us-gov, aws-cn"),
+    Rule("cluster.private_subnet_ids", _subnets, "None or a non-empty list of subnet ids (items may be Outputs)"),
+    Rule("cluster.public_subnet_ids", _subnets, "None or a non-empty list of subnet ids (items may be Outputs)"),
+)
+
+
+@dataclass
+class ClusterArgs:
+    """Inputs of the Cluster component."""
+
+    name: str
+    """Physical EKS cluster name, plain string (others use it before the cluster exists). Required."""
+    kubernetes_version: str = KUBERNETES_VERSION
+    """Kubernetes minor of the control plane. Default catalogue.KUBERNETES_VERSION."""
+    vpc_id: pulumi.Input[str] | None = None
+    """VPC of the cluster; None (default) with no subnets uses the account's default VPC."""
+    public_subnet_ids: Sequence[pulumi.Input[str]] | None = None
+    """Public subnets (load balancers). Default None."""
+    private_subnet_ids: Sequence[pulumi.Input[str]] | None = None
+    """Private subnets: the nodes (system and GPU) go here when given. Default None."""
+    endpoint_public_access: bool = True
+    """Expose the API server endpoint publicly. Default True (restrict it with public_access_cidrs)."""
+    public_access_cidrs: list[str] | None = None
+    """CIDRs allowed to reach the public endpoint; None (default) leaves AWS's 0.0.0.0/0."""
+    endpoint_private_access: bool = True
+    """Private API endpoint inside the VPC (nodes use it). Always True."""
+    system_instance_types: list[str] = field(default_factory=lambda: ["m6i.large"])
+    """Instance types of the system node group. Default m6i.large."""
+    system_desired_size: int = 2
+    """Nodes in the system group (and its minimum). Default 2."""
+    system_max_size: int = 3
+    """Most nodes in the system group. Default 3."""
+    system_root_volume_gib: int = 50
+    """Encrypted gp3 root volume of each system node, GiB. Default 50."""
+    secrets_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed KMS key for envelope encryption of Kubernetes secrets; None (default) keeps EKS's default."""
+    enabled_cluster_log_types: list[str] = field(default_factory=lambda: ["api", "audit", "authenticator"])
+    """Control-plane logs sent to CloudWatch (who did what, for clinical data). Default api, audit, authenticator."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Tags on the AWS resources. Default none."""
+    partition: str = "aws"
+    """AWS partition of the managed-policy ARNs (`aws`, `aws-us-gov`). Default `aws`."""
+
+
+class Cluster(pulumi.ComponentResource):
+    """`pulumi_eks.Cluster` plus the system node group, the Pod Identity agent addon and Karpenter discovery tags."""
+
+    name: str
+    kubeconfig_json: pulumi.Output[str]
+    oidc_provider_arn: pulumi.Output[str]
+    oidc_issuer: pulumi.Output[str]
+    node_security_group_id: pulumi.Output[str]
+    k8s_provider: k8s.Provider
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        validate({"cluster.name": args.name, "cluster.public_access_cidrs": args.public_access_cidrs,
+                  "cluster.endpoint_private_access": args.endpoint_private_access,
+                  "cluster.system_instance_types": args.system_instance_types,
+                  "cluster.system_desired_size": args.system_desired_size,
+                  "cluster.system_max_size": args.system_max_size,
+                  "cluster.system_root_volume_gib": args.system_root_volume_gib,
+                  "cluster.private_subnet_ids": args.private_subnet_ids,
+                  "cluster.public_subnet_ids": args.public_subnet_ids, "cluster.partition": args.partition},
+                 CLUSTER_RULES)
+        if args.system_max_size < args.system_desired_size:
+            raise ConfigError("cluster.system_max_size", args.system_max_size,
+                              f"at least system_desired_size ({args.system_desired_size})")
+        if args.public_access_cidrs is not None and not args.endpoint_public_access:
+            raise ConfigError("cluster.public_access_cidrs", args.public_access_cidrs,
+                              "None when endpoint_public_access is False (there is no public endpoint to restrict)")
+        problems = kubernetes_problems(args.kubernetes_version)
+        if problems:
+            raise ConfigError("cluster.kubernetes_version", args.kubernetes_version, problems[0])
+        if args.vpc_id is not None and args.private_subnet_ids is None and args.public_subnet_ids is None:
+            raise ConfigError("cluster.private_subnet_ids", None, "a list of subnet ids whenever vpc_id is given, so "
+                                                                   "the nodes' subnets can be tagged for Karpenter")
+
+        super().__init__("gpuburst:index:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
+        self.name = args.name
+        node_subnets = args.private_subnet_ids or args.public_subnet_ids
+
+        self.cluster = eks.Cluster(
+            f"{name}-eks", name=args.name, version=args.kubernetes_version,
+            # Access entries only (no aws-auth ConfigMap): node roles and people are granted through the EKS API.
+            authentication_mode=eks.AuthenticationMode.API,
+            create_oidc_provider=True,
+            # No self-managed default node group; the system group below is an EKS managed node group.
+            skip_default_node_group=True,
+            # Use the security group EKS makes for the cluster for every node (managed and Karpenter's): its members
+            # may all talk to each other and to the control plane, so GPU nodes reach CoreDNS on the system nodes.
+            skip_default_security_groups=True,
+            vpc_id=args.vpc_id, public_subnet_ids=args.public_subnet_ids, private_subnet_ids=args.private_subnet_ids,
+            endpoint_public_access=args.endpoint_public_access, public_access_cidrs=args.public_access_cidrs,
+            endpoint_private_access=args.endpoint_private_access,
+            enabled_cluster_log_types=list(args.enabled_cluster_log_types),
+            encryption_config_key_arn=args.secrets_kms_key_arn,
+            tags=tags or None, opts=child)
+
+        system_role = aws.iam.Role(
+            f"{name}-system-node-role", assume_role_policy=json.dumps(node_trust_policy()),
+            description=f"System managed node group of {args.name}", tags=tags or None, opts=child)
+        system_attachments = [
+            aws.iam.RolePolicyAttachment(f"{name}-system-node-{p}", role=system_role.name,
+                                         policy_arn=f"arn:{args.partition}:iam::aws:policy/{p}", opts=child)
+            for p in NODE_MANAGED_POLICIES]
+        # IMDSv2 only with a hop limit of 1 (pods on the system nodes get credentials from Pod Identity, never the node
+        # role from IMDS), and an encrypted root volume.
+        self.system_launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-system-lt", description=f"System nodes of {args.name}",
+            metadata_options={"http_endpoint": "enabled", "http_tokens": "required",
+                              "http_put_response_hop_limit": 1},
+            block_device_mappings=[{"device_name": "/dev/xvda", "ebs": {
+                "volume_size": args.system_root_volume_gib, "volume_type": "gp3", "encrypted": "true",
+                "delete_on_termination": "true"}}],
+            tags=tags or None, opts=child)
+        # A plain aws.eks.NodeGroup (an EKS managed node group; EKS creates its role's access entry itself) rather
+        # than pulumi_eks.ManagedNodeGroup: that one takes the eks.Cluster as a resource reference, which the offline
+        # mocks cannot deserialize, and it adds nothing needed here.
+        system_subnets = self._node_subnets(node_subnets)
+        self.system_nodes = aws.eks.NodeGroup(
+            f"{name}-system", cluster_name=args.name, node_role_arn=system_role.arn, subnet_ids=system_subnets,
+            instance_types=list(args.system_instance_types), capacity_type="ON_DEMAND",
+            ami_type="AL2023_x86_64_STANDARD",
+            scaling_config={"desired_size": args.system_desired_size, "min_size": args.system_desired_size,
+                            "max_size": args.system_max_size},
+            update_config={"max_unavailable": 1},
+            labels={POOL_LABEL: SYSTEM_POOL},
+            launch_template={"id": self.system_launch_template.id,
+                             "version": self.system_launch_template.latest_version.apply(str)},
+            tags=tags or None,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster, *system_attachments]))
+
+        # Addon versions are left to AWS: EKS installs the addon's default version for the cluster's Kubernetes version.
+        after_nodes = pulumi.ResourceOptions(parent=self, depends_on=[self.cluster, self.system_nodes])
+        self.pod_identity_addon = aws.eks.Addon(
+            f"{name}-pod-identity-agent", cluster_name=args.name, addon_name="eks-pod-identity-agent",
+            tags=tags or None, opts=after_nodes)
+        # pulumi_eks only manages CoreDNS when it has a default node group; EKS bootstraps a self-managed CoreDNS, which
+        # this adopts as a managed addon once there are nodes for it (before that it would sit DEGRADED and time out).
+        self.coredns_addon = aws.eks.Addon(
+            f"{name}-coredns", cluster_name=args.name, addon_name="coredns", resolve_conflicts_on_create="OVERWRITE",
+            tags=tags or None, opts=after_nodes)
+
+        # Karpenter discovers the GPU nodes' subnets and security group by these tags (EC2NodeClass selector terms).
+        self.node_security_group_id = self.cluster.node_security_group_id
+        self.cluster_security_group_id = self.cluster.cluster_security_group_id
+        self.discovery_tags = [aws.ec2.Tag(
+            f"{name}-sg-discovery", resource_id=self.cluster.cluster_security_group_id, key=DISCOVERY_TAG,
+            value=args.name, opts=child)]
+        for i, subnet_id in enumerate(system_subnets):
+            self.discovery_tags.append(aws.ec2.Tag(
+                f"{name}-subnet-discovery-{i}", resource_id=subnet_id, key=DISCOVERY_TAG, value=args.name,
+                opts=child))
+
+        self.kubeconfig_json = pulumi.Output.secret(self.cluster.kubeconfig_json)
+        self.oidc_provider_arn = self.cluster.oidc_provider_arn
+        self.oidc_issuer = self.cluster.oidc_issuer
+        self.k8s_provider = k8s.Provider(
+            f"{name}-k8s", kubeconfig=self.kubeconfig_json, enable_server_side_apply=True, opts=child)
+        # What workloads on the cluster wait for (KarpenterArgs.wait_for): nodes to run on, Pod Identity, tags.
+        self.ready: list[pulumi.Resource] = [self.cluster, self.system_nodes, self.pod_identity_addon,
+                                             self.coredns_addon, *self.discovery_tags]
+        self.register_outputs({"name": self.name, "kubeconfigJson": self.kubeconfig_json,
+                               "oidcProviderArn": self.oidc_provider_arn, "oidcIssuer": self.oidc_issuer,
+                               "nodeSecurityGroupId": self.node_security_group_id})
+
+    def _node_subnets(self, node_subnets: Sequence[pulumi.Input[str]] | None) -> list[pulumi.Input[str]]:
+        if node_subnets:
+            return list(node_subnets)
+        # Default VPC: the nodes go into its default subnets (one per zone), looked up here.
+        found = aws.ec2.get_subnets(filters=[{"name": "default-for-az", "values": ["true"]}],
+                                    opts=pulumi.InvokeOptions(parent=self))
+        return sorted(found.ids or [])

@@ -1,0 +1,136 @@
+"""One long-lived GPU consumer (a Deployment of exactly one replica) for ordered or stateful queue work.
+
+Why one replica and `Recreate`: the consumer loads the model once and keeps per-study state in memory while it
+works through a FIFO queue whose message groups are studies. A second consumer would split a study's messages
+between two processes (each with half the state), and a RollingUpdate would run the old and the new pod side by
+side during every rollout, with two models on two GPUs. `Recreate` stops the old pod (it finishes or releases its
+slide within the grace period) before the new one starts.
+
+Why no PodDisruptionBudget by default: a budget that keeps one replica of one available blocks every node drain
+(cluster upgrades hang), while the `karpenter.sh/do-not-disrupt` annotation already keeps Karpenter's voluntary
+disruptions (consolidation, drift) away and a drain costs nothing: on SIGTERM the worker finishes or releases its
+slide, and the message is processed again by the next pod. `disruption_budget=True` adds one for those who want
+drains to wait.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .identity import WorkloadIdentity, WorkloadIdentityArgs
+from .pod import WORKER_LABEL, WorkerPodSettings, hardened_pod_template, worker_network_policy, worker_policy
+
+def consumer_labels(name: str) -> dict[str, str]:
+    """Labels of the consumer's objects (the Deployment's selector uses them, so they never change)."""
+    return {"app.kubernetes.io/name": WORKER_LABEL, "app.kubernetes.io/instance": name,
+            "app.kubernetes.io/component": "consumer"}
+
+
+def consumer_deployment_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[str],
+                                 service_account_name: str, pod: WorkerPodSettings) -> dict[str, Any]:
+    """The apps/v1 Deployment (plain dict; queue URL and image may be Outputs): one replica, Recreate."""
+    labels = consumer_labels(name)
+    command = ["python", "-m", "worker", "consume", "--mode", "service", "--queue-url", queue_url]
+    template = hardened_pod_template(pod, command=command, queue_url=queue_url,
+                                     service_account_name=service_account_name, restart_policy="Always",
+                                     labels=labels)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            # Exactly one: one model in GPU memory, one holder of per-study state (see the module docstring).
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": labels},
+            "template": template,
+        },
+    }
+
+
+def disruption_budget_manifest(name: str, namespace: str) -> dict[str, Any]:
+    """A PodDisruptionBudget that makes voluntary evictions of the consumer wait (maxUnavailable 0)."""
+    labels = consumer_labels(name)
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": labels}}}
+
+
+@dataclass
+class GpuConsumerArgs:
+    """Inputs of GpuConsumer."""
+
+    cluster_name: pulumi.Input[str]
+    """EKS cluster (for the Pod Identity association). Required."""
+    namespace: str
+    """Namespace of the Deployment and its service account (must exist). Required."""
+    queue_url: pulumi.Input[str]
+    """The work queue's URL (a FIFO queue for ordered work). Required."""
+    queue_arn: pulumi.Input[str]
+    """The work queue's ARN (IAM grants). Required."""
+    bucket_arn: pulumi.Input[str]
+    """ARN of the bucket results are written to (and slides read from, unless slides_bucket_arn). Required."""
+    pod: WorkerPodSettings
+    """The worker container and pod; pod.visibility_timeout_s must be the queue's visibility timeout. Required."""
+    slides_prefix: str = "slides/"
+    """Key prefix the worker reads slides from (read only). Default 'slides/'."""
+    results_prefix: str = "results/"
+    """Key prefix the worker writes results under (read and write). Default 'results/'."""
+    slides_bucket_arn: pulumi.Input[str] | None = None
+    """ARN of the bucket slides are read from (read only). Default None = bucket_arn."""
+    slides_bucket_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed key of the slides bucket, if any. Default None."""
+    queue_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed key of the queue, if any. Default None."""
+    bucket_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed key of the results bucket (bucket_arn), if any. Default None."""
+    disruption_budget: bool = False
+    """Add a PodDisruptionBudget (maxUnavailable 0) so drains wait for the consumer. Default False (see module)."""
+    network_policy: bool = True
+    """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS). Default True."""
+
+
+class GpuConsumer(pulumi.ComponentResource):
+    """Deployment (1 replica, Recreate) + its service account and least-privilege Pod Identity role."""
+
+    deployment: k8s.apps.v1.Deployment
+    role_arn: pulumi.Output[str]
+    service_account_name: str
+
+    def __init__(self, name: str, args: GpuConsumerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuburst:index:GpuConsumer", name, None, opts)
+        self.service_account_name = f"{name}-worker"
+        manifest = consumer_deployment_manifest(name=name, namespace=args.namespace, queue_url=args.queue_url,
+                                                service_account_name=self.service_account_name, pod=args.pod)
+        policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
+                               slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
+                               bucket_kms_key_arn=args.bucket_kms_key_arn,
+                               slides_bucket_kms_key_arn=args.slides_bucket_kms_key_arn)
+        child = pulumi.ResourceOptions(parent=self)
+        service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa",
+            metadata={"name": self.service_account_name, "namespace": args.namespace,
+                      "labels": manifest["metadata"]["labels"]},
+            automount_service_account_token=False,
+            opts=child)
+        self.identity = WorkloadIdentity(
+            f"{name}-worker",
+            WorkloadIdentityArgs(cluster_name=args.cluster_name, namespace=args.namespace,
+                                 service_account=self.service_account_name, policy=policy),
+            opts=child)
+        self.role_arn = self.identity.role_arn
+        # After the Pod Identity association: EKS injects the credentials when the pod is admitted.
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment", metadata=manifest["metadata"], spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[service_account, self.identity]))
+        if args.disruption_budget:
+            pdb = disruption_budget_manifest(name, args.namespace)
+            k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=pdb["metadata"], spec=pdb["spec"], opts=child)
+        if args.network_policy:
+            np_ = worker_network_policy(name, args.namespace, manifest["metadata"]["labels"])
+            k8s.networking.v1.NetworkPolicy(f"{name}-netpol", metadata=np_["metadata"], spec=np_["spec"], opts=child)
+        self.register_outputs({"roleArn": self.role_arn, "serviceAccountName": self.service_account_name})

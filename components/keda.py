@@ -1,0 +1,269 @@
+"""KEDA on the system nodes with a Pod Identity operator role, and the per-queue TriggerAuthentications it scales by.
+
+How the identities fit together (no static keys anywhere):
+
+- The KEDA operator (service account `keda/keda-operator`) gets an IAM role through EKS Pod Identity. Its only
+  permission is `sts:AssumeRole` + `sts:TagSession` on the scaler roles under `scaler_role_path`.
+- Each queue gets a scaler role (`KedaScalerAuth`) that may only `sqs:GetQueueAttributes` on that queue, trusted
+  by the operator role, and a `TriggerAuthentication` with `podIdentity: {provider: aws, roleArn: <scaler role>}`.
+  KEDA assumes the scaler role when it polls the queue length. `sts:TagSession` is needed on both sides because
+  the session tags EKS Pod Identity attaches are transitive: the chained AssumeRole carries them along.
+- The GPU pods have their own roles (receive/delete on their queue, S3 prefixes); KEDA never holds those.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from .catalogue import CHARTS, KEDA_IDENTITY_OWNERS, KEDA_VERSION, keda_version_problem
+from .identity import WorkloadIdentity, WorkloadIdentityArgs
+from .keda_schema import API_VERSION, AUTH_KINDS, check_keda_manifest
+from .policy_documents import policy_document, queue_metrics_statements
+from .validation import ConfigError
+
+KEDA_CHART = CHARTS["keda"]
+"""The pinned KEDA chart (name, repository, version, namespace) from the catalogue."""
+
+OPERATOR_SERVICE_ACCOUNT = "keda-operator"
+"""Service account of the KEDA operator; the chart creates it under this name and the Pod Identity association
+names it, so the two must agree."""
+
+SCALER_ROLE_PATH = "/gpuburst/keda-scaler/"
+"""IAM path of every scaler role: the operator may assume roles under this path only."""
+
+SYSTEM_NODE_SELECTOR = {"eks.amazonaws.com/nodegroup": "system"}
+"""Default nodeSelector of the system node group (EKS labels managed node group nodes with their group's name)."""
+
+SYSTEM_TOLERATIONS = [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
+"""Default tolerations: the usual taint of a system node group (harmless where the group has no taint)."""
+
+
+@dataclass
+class TriggerAuthSpec:
+    """One TriggerAuthentication (or ClusterTriggerAuthentication) with AWS pod identity."""
+
+    name: str
+    """metadata.name."""
+    namespace: str | None
+    """metadata.namespace of a TriggerAuthentication (it must be the ScaledJob's); None for a ClusterTriggerAuthentication."""
+    role_arn: pulumi.Input[str] | None = None
+    """Role KEDA assumes to read the queue length (`podIdentity.roleArn`). Default None (then identity_owner)."""
+    identity_owner: str | None = None
+    """`podIdentity.identityOwner` (keda|workload), mutually exclusive with role_arn. Default None."""
+    provider: str = "aws"
+    """`podIdentity.provider`. Default aws (the only one the stack deploys; aws-eks is deprecated)."""
+    kind: str = "TriggerAuthentication"
+    """TriggerAuthentication or ClusterTriggerAuthentication. Default TriggerAuthentication."""
+
+
+def trigger_authentication_manifest(spec: TriggerAuthSpec, keda_version: str = KEDA_VERSION) -> dict:
+    """The TriggerAuthentication manifest, checked against `keda_version` (raises a one-line ConfigError)."""
+    if spec.kind not in AUTH_KINDS:
+        raise ConfigError("TriggerAuthSpec.kind", spec.kind, f"one of {', '.join(AUTH_KINDS)}")
+    pod_identity: dict[str, Any] = {"provider": spec.provider}
+    if spec.role_arn is not None:
+        pod_identity["roleArn"] = spec.role_arn
+    if spec.identity_owner is not None:
+        pod_identity["identityOwner"] = spec.identity_owner
+    metadata: dict[str, Any] = {"name": spec.name}
+    if spec.kind == "TriggerAuthentication":
+        if not spec.namespace:
+            raise ConfigError("TriggerAuthSpec.namespace", spec.namespace,
+                              "a namespace (a TriggerAuthentication is namespaced, like its ScaledJob)")
+        metadata["namespace"] = spec.namespace
+    manifest = {"apiVersion": API_VERSION, "kind": spec.kind, "metadata": metadata,
+                "spec": {"podIdentity": pod_identity}}
+    return check_keda_manifest(manifest, keda_version)
+
+
+def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict]) -> dict:
+    """Helm values for the KEDA chart: operator service account name, system-node placement, no IRSA."""
+    return {
+        # The chart creates the service account; the Pod Identity association refers to it by this name.
+        "serviceAccount": {"operator": {"create": True, "name": OPERATOR_SERVICE_ACCOUNT}},
+        # Operator, metrics server and admission webhooks all run on the system node group, never on GPU nodes.
+        "nodeSelector": dict(node_selector),
+        "tolerations": [dict(t) for t in tolerations],
+        # Pod Identity, not IRSA: no eks.amazonaws.com/role-arn annotation on the service account.
+        "podIdentity": {"aws": {"irsa": {"enabled": False}}},
+    }
+
+
+def operator_assume_policy(operator_role_arn: str, scaler_role_path: str = SCALER_ROLE_PATH) -> dict:
+    """The operator role's policy: assume (and tag sessions of) scaler roles under `scaler_role_path` in its own
+    account and partition (taken from the operator role's ARN)."""
+    parts = operator_role_arn.split(":")
+    if len(parts) < 6 or parts[2] != "iam":
+        raise ConfigError("operator_role_arn", operator_role_arn, "an IAM role ARN")
+    partition, account = parts[1], parts[4]
+    return policy_document([{
+        "Sid": "AssumeKedaScalerRoles",
+        "Effect": "Allow",
+        "Action": ["sts:AssumeRole", "sts:TagSession"],
+        "Resource": f"arn:{partition}:iam::{account}:role{scaler_role_path}*",
+    }])
+
+
+def scaler_trust_policy(operator_role_arn: pulumi.Input[str]) -> dict:
+    """Trust policy of a scaler role: only the KEDA operator role may assume it (tagging the session, since Pod
+    Identity's session tags are transitive)."""
+    return policy_document([{
+        "Sid": "KedaOperatorAssumes",
+        "Effect": "Allow",
+        "Principal": {"AWS": operator_role_arn},
+        "Action": ["sts:AssumeRole", "sts:TagSession"],
+    }])
+
+
+@dataclass
+class KedaArgs:
+    """Inputs of Keda."""
+
+    cluster_name: pulumi.Input[str]
+    """EKS cluster (for the operator's Pod Identity association). Required."""
+    version: str = KEDA_CHART.version
+    """KEDA chart/operator version; never below the catalogue's minimum, and every KEDA manifest is checked
+    against it. Default: the catalogue's pin."""
+    system_node_selector: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_NODE_SELECTOR))
+    """nodeSelector that puts KEDA on the system node group. Default {eks.amazonaws.com/nodegroup: system}."""
+    system_tolerations: list[dict] = field(default_factory=lambda: [dict(t) for t in SYSTEM_TOLERATIONS])
+    """Tolerations for the system node group's taints. Default: CriticalAddonsOnly (Exists)."""
+    scaler_role_path: str = SCALER_ROLE_PATH
+    """IAM path the operator may assume roles under. Default /gpuburst/keda-scaler/."""
+    trigger_authentications: list[TriggerAuthSpec] = field(default_factory=list)
+    """Extra TriggerAuthentications to declare (each GpuScaledJob declares its own through KedaScalerAuth).
+    Default none."""
+
+
+class Keda(pulumi.ComponentResource):
+    """The KEDA chart in namespace `keda` on the system nodes, with the operator's Pod Identity role."""
+
+    version: str
+    namespace: str
+    chart: k8s.helm.v4.Chart
+    operator_role_arn: pulumi.Output[str]
+    scaler_role_path: str
+
+    def __init__(self, name: str, args: KedaArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuburst:index:Keda", name, None, opts)
+        problem = keda_version_problem(args.version)
+        if problem:
+            raise ConfigError("KedaArgs.version", args.version, problem)
+        if not (args.scaler_role_path.startswith("/") and args.scaler_role_path.endswith("/")
+                and "*" not in args.scaler_role_path):
+            raise ConfigError("KedaArgs.scaler_role_path", args.scaler_role_path,
+                              "an IAM path starting and ending with '/', without '*'")
+        # Check the extra TriggerAuthentications before anything is declared.
+        manifests = [trigger_authentication_manifest(s, args.version) for s in args.trigger_authentications]
+        self.version = args.version
+        self.namespace = KEDA_CHART.namespace
+        self.scaler_role_path = args.scaler_role_path
+        child = pulumi.ResourceOptions(parent=self)
+
+        ns = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": self.namespace, "labels": {
+                # KEDA's pods meet 'restricted'; enforce 'baseline' so a chart default change cannot stop the
+                # operator, and surface any 'restricted' violation as a warning and an audit event.
+                "pod-security.kubernetes.io/enforce": "baseline",
+                "pod-security.kubernetes.io/warn": "restricted",
+                "pod-security.kubernetes.io/audit": "restricted",
+            }},
+            opts=child)
+        self.identity = WorkloadIdentity(
+            f"{name}-operator",
+            WorkloadIdentityArgs(cluster_name=args.cluster_name, namespace=self.namespace,
+                                 service_account=OPERATOR_SERVICE_ACCOUNT),
+            opts=child)
+        self.operator_role_arn = self.identity.role_arn
+        aws.iam.RolePolicy(
+            f"{name}-operator-assume-scalers", role=self.identity.role.name,
+            policy=self.identity.role_arn.apply(
+                lambda arn: json.dumps(operator_assume_policy(arn, args.scaler_role_path))),
+            opts=child)
+        # The association exists before the operator pod starts: Pod Identity injects credentials at admission.
+        self.chart = k8s.helm.v4.Chart(
+            name,
+            k8s.helm.v4.ChartArgs(
+                chart=KEDA_CHART.chart, version=args.version, namespace=self.namespace, name="keda",
+                repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=KEDA_CHART.repository),
+                values=keda_chart_values(args.system_node_selector, args.system_tolerations)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, self.identity]))
+        self.trigger_authentications = [
+            k8s.apiextensions.CustomResource(
+                f"{name}-{m['metadata']['name']}", api_version=m["apiVersion"], kind=m["kind"],
+                metadata=m["metadata"], spec=m["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.chart]))
+            for m in manifests]
+        self.register_outputs({"operatorRoleArn": self.operator_role_arn, "version": self.version,
+                               "namespace": self.namespace})
+
+
+@dataclass
+class KedaScalerAuthArgs:
+    """Inputs of KedaScalerAuth."""
+
+    keda: Keda
+    """The Keda component (operator role, chart to depend on, version to check against). Required."""
+    namespace: str
+    """Namespace of the ScaledJob that refers to the TriggerAuthentication. Required."""
+    queue_arn: pulumi.Input[str]
+    """The queue KEDA measures. Required."""
+    auth_name: str
+    """metadata.name of the TriggerAuthentication. Required."""
+    identity_owner: str | None = None
+    """None (default): a scaler role with roleArn. 'keda': no scaler role; the operator's own role is allowed
+    sqs:GetQueueAttributes on the queue. 'workload' is refused (see `KedaScalerAuth`)."""
+
+
+class KedaScalerAuth(pulumi.ComponentResource):
+    """A queue's scaler identity: a role that may only read the queue's attributes, assumable by the KEDA operator,
+    and the TriggerAuthentication (`provider: aws`, `roleArn`) that points KEDA at it."""
+
+    role_arn: pulumi.Output[str] | None
+    auth_name: str
+    trigger_authentication: k8s.apiextensions.CustomResource
+
+    def __init__(self, name: str, args: KedaScalerAuthArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuburst:index:KedaScalerAuth", name, None, opts)
+        keda = args.keda
+        if args.identity_owner not in (None,) + KEDA_IDENTITY_OWNERS:
+            raise ConfigError("KedaScalerAuthArgs.identity_owner", args.identity_owner,
+                              f"None (a scaler role with roleArn) or one of {', '.join(KEDA_IDENTITY_OWNERS)}")
+        if args.identity_owner == "workload":
+            raise ConfigError("KedaScalerAuthArgs.identity_owner", "workload",
+                              "None or 'keda': identityOwner 'workload' makes KEDA assume the role named in the "
+                              "workload's eks.amazonaws.com/role-arn (IRSA) annotation, and the stack's pods use "
+                              "Pod Identity without that annotation")
+        child = pulumi.ResourceOptions(parent=self)
+        self.auth_name = args.auth_name
+        statements = queue_metrics_statements(args.queue_arn)
+        if args.identity_owner is None:
+            role = aws.iam.Role(
+                f"{name}-role", path=keda.scaler_role_path,
+                assume_role_policy=pulumi.Output.from_input(scaler_trust_policy(keda.operator_role_arn)).apply(
+                    json.dumps),
+                description=f"KEDA reads the queue length for {args.namespace}/{args.auth_name}",
+                opts=child)
+            aws.iam.RolePolicy(f"{name}-queue-metrics", role=role.name,
+                               policy=pulumi.Output.from_input(policy_document(statements)).apply(json.dumps),
+                               opts=child)
+            self.role_arn = role.arn
+            spec = TriggerAuthSpec(args.auth_name, args.namespace, role_arn=role.arn)
+        else:
+            aws.iam.RolePolicy(f"{name}-operator-queue-metrics", role=keda.identity.role.name,
+                               policy=pulumi.Output.from_input(policy_document(statements)).apply(json.dumps),
+                               opts=child)
+            self.role_arn = None
+            spec = TriggerAuthSpec(args.auth_name, args.namespace, identity_owner=args.identity_owner)
+        manifest = trigger_authentication_manifest(spec, keda.version)
+        self.trigger_authentication = k8s.apiextensions.CustomResource(
+            f"{name}-trigger-auth", api_version=manifest["apiVersion"], kind=manifest["kind"],
+            metadata=manifest["metadata"], spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[keda.chart]))
+        self.register_outputs({"roleArn": self.role_arn, "authName": self.auth_name})

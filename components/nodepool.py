@@ -1,0 +1,205 @@
+"""The Karpenter NodePool for GPU nodes: several instance types, GPU taint and label, limits, empty-only disruption."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .nodeclass import NODECLASS_API_VERSION
+from .validation import ConfigError, Rule, validate
+
+NODEPOOL_API_VERSION = "karpenter.sh/v1"
+"""apiVersion of NodePool (served by every Karpenter the catalogue accepts, >= 1.0.3)."""
+
+DEFAULT_GPU_INSTANCE_TYPES = ("g4dn.xlarge", "g4dn.2xlarge", "g5.xlarge", "g5.2xlarge")
+"""Single-GPU NVIDIA x86-64 sizes across two families, so that spot shortage in one type does not stall the queue."""
+
+CAPACITY_TYPES = ("spot", "on-demand", "reserved")
+"""Values of the `karpenter.sh/capacity-type` requirement."""
+
+GPU_PRESENT_LABEL = ("nvidia.com/gpu.present", "true")
+"""Node label the NVIDIA device plugin's DaemonSet selects: without it the plugin schedules nowhere and
+`nvidia.com/gpu` is never allocatable."""
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+"""Taint on every GPU node, so only pods that tolerate it (GPU workers, the device plugin) land on the costly nodes."""
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+"""The toleration a GPU workload needs for GPU_TAINT (import it; do not restate it)."""
+
+POOL_LABEL = "gpuburst.io/pool"
+"""Label naming the pool a node belongs to (`system` or the GPU pool's name)."""
+
+DEFAULT_BUDGETS = (
+    {"nodes": "100%", "reasons": ["Empty"]},
+    {"nodes": "0", "reasons": ["Drifted", "Underutilized"]},
+)
+"""Disruption budgets: empty nodes may all go at once (that is the point of bursting), but Karpenter never voluntarily
+replaces a node that is still running work (drift, underuse); a drifted node is removed once it is empty."""
+
+_DURATION = re.compile(r"^([0-9]+(s|m|h))+$")
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_INSTANCE_TYPE = re.compile(r"^(g|gr|p)(\d+)([a-z0-9-]*)\.([0-9a-z]+)$")
+_QUANTITY = re.compile(r"^(\+)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE])?$")
+
+
+def _is_int(lo: int, hi: int):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _nvidia_x86_type(t: Any) -> bool:
+    m = _INSTANCE_TYPE.match(t) if isinstance(t, str) else None
+    # g4ad carries AMD GPUs; a 'g' in the attributes (g5g) means Graviton, which the amd64 requirement rules out.
+    return bool(m) and not (m.group(1) == "g" and m.group(2) == "4" and m.group(3).startswith("ad")) \
+        and "g" not in m.group(3)
+
+
+def _plain_list(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+
+
+NODEPOOL_RULES = (
+    Rule("name", lambda v: isinstance(v, str) and len(v) <= 63 and bool(_DNS1123.match(v)),
+         "a DNS-1123 name of at most 63 characters (it is also the gpuburst.io/pool label value)"),
+    Rule("nodeclass_name", lambda v: isinstance(v, str) and bool(_DNS1123.match(v)),
+         "the EC2NodeClass's metadata.name as a plain string"),
+    Rule("instance_types", _plain_list,
+         "a list of instance type names as plain strings (never an Output: a policy judges them during preview)"),
+    Rule("instance_types", lambda v: len(set(v)) >= 2,
+         "at least two instance types (a family of sizes, e.g. g5.xlarge and g5.2xlarge): the day a single type "
+         "runs out of capacity, the scheduler is stuck and slides wait"),
+    Rule("instance_types", lambda v: all(_nvidia_x86_type(t) for t in v),
+         "NVIDIA GPU x86-64 instance types (families g*/gr*/p*, not g4ad (AMD) nor Graviton *g), e.g. g5.xlarge"),
+    Rule("capacity_types", lambda v: _plain_list(v) and len(v) > 0 and set(v) <= set(CAPACITY_TYPES),
+         "a non-empty list drawn from " + ", ".join(CAPACITY_TYPES)),
+    Rule("gpu_limit", _is_int(1, 10_000), "an int number of GPUs between 1 and 10000 (the pool's spending cap)"),
+    Rule("cpu_limit",
+         lambda v: v is None or _is_int(1, 1_000_000)(v) or (isinstance(v, str) and bool(_QUANTITY.match(v))),
+         "None or a positive CPU quantity (e.g. 64 or '64' or '64000m')"),
+    Rule("consolidate_after", lambda v: isinstance(v, str) and bool(_DURATION.match(v)),
+         "a duration like '5m' or '1h30m' ('Never' would keep idle GPU nodes running)"),
+    Rule("expire_after", lambda v: isinstance(v, str) and (v == "Never" or bool(_DURATION.match(v))),
+         "a duration like '720h', or 'Never'"),
+    Rule("termination_grace_period", lambda v: v is None or (isinstance(v, str) and bool(_DURATION.match(v))),
+         "None or a duration like '2h'"),
+    Rule("weight", lambda v: v is None or _is_int(1, 100)(v), "None or an int between 1 and 100"),
+)
+"""What `gpu_nodepool_manifest` accepts."""
+
+_RESTRICTED_LABEL_DOMAINS = ("karpenter.sh", "karpenter.k8s.aws")
+
+
+def _check_labels(labels: Mapping[str, str]) -> None:
+    for key, value in labels.items():
+        domain = key.split("/", 1)[0] if "/" in key else ""
+        if domain.endswith(_RESTRICTED_LABEL_DOMAINS) or key == "kubernetes.io/hostname" or key == POOL_LABEL:
+            raise ConfigError("labels", key, f"a label outside karpenter.sh, karpenter.k8s.aws, kubernetes.io/hostname "
+                                             f"and {POOL_LABEL} (set by Karpenter or by this component)")
+        if not isinstance(value, str):
+            raise ConfigError(f"labels[{key!r}]", value, "a plain string")
+
+
+def gpu_nodepool_manifest(name: str, *, nodeclass_name: str,
+                          instance_types: Sequence[str] = DEFAULT_GPU_INSTANCE_TYPES,
+                          capacity_types: Sequence[str] = ("spot", "on-demand"),
+                          gpu_limit: int, cpu_limit: int | str | None = None, consolidate_after: str = "5m",
+                          expire_after: str = "720h", termination_grace_period: str | None = None,
+                          budgets: Sequence[Mapping[str, Any]] | None = None, labels: Mapping[str, str] | None = None,
+                          weight: int | None = None) -> dict:
+    """The NodePool manifest for GPU nodes (a plain dict of plain values; raises ConfigError on a bad value)."""
+    labels = dict(labels or {})
+    validate({"name": name, "nodeclass_name": nodeclass_name, "instance_types": instance_types,
+              "capacity_types": capacity_types, "gpu_limit": gpu_limit, "cpu_limit": cpu_limit,
+              "consolidate_after": consolidate_after, "expire_after": expire_after,
+              "termination_grace_period": termination_grace_period, "weight": weight}, NODEPOOL_RULES)
+    _check_labels(labels)
+    types = list(dict.fromkeys(instance_types))  # keep order, drop duplicates
+    limits: dict[str, Any] = {"nvidia.com/gpu": gpu_limit}
+    if cpu_limit is not None:
+        limits["cpu"] = cpu_limit
+    template_spec: dict[str, Any] = {
+        "nodeClassRef": {"group": NODECLASS_API_VERSION.split("/")[0], "kind": "EC2NodeClass", "name": nodeclass_name},
+        "requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types},
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(dict.fromkeys(capacity_types))},
+            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+        ],
+        "taints": [dict(GPU_TAINT)],
+        # Expiry is forceful in Karpenter v1 (no budget stops it); a worker pod annotated karpenter.sh/do-not-disrupt
+        # still finishes its slide, bounded only by terminationGracePeriod when one is set.
+        "expireAfter": expire_after,
+    }
+    if termination_grace_period is not None:
+        template_spec["terminationGracePeriod"] = termination_grace_period
+    spec: dict[str, Any] = {
+        "template": {
+            "metadata": {"labels": {GPU_PRESENT_LABEL[0]: GPU_PRESENT_LABEL[1], POOL_LABEL: name, **labels}},
+            "spec": template_spec,
+        },
+        "limits": limits,
+        "disruption": {
+            # Nodes go back as soon as they are empty; a node running a slide is never consolidated away.
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": consolidate_after,
+            "budgets": [dict(b) for b in (budgets if budgets is not None else DEFAULT_BUDGETS)],
+        },
+    }
+    if weight is not None:
+        spec["weight"] = weight
+    return {"apiVersion": NODEPOOL_API_VERSION, "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
+
+
+@dataclass
+class GpuNodePoolArgs:
+    """Inputs of a GpuNodePool (see `gpu_nodepool_manifest` for the rules)."""
+
+    nodeclass_name: str
+    """metadata.name of the EC2NodeClass the nodes use (Ec2NodeClass.nodeclass_name), plain string."""
+    crd_chart: pulumi.Resource
+    """The `karpenter-crd` chart (Karpenter.crd_chart): the NodePool CRD must exist first."""
+    gpu_limit: int
+    """Most GPUs the pool may hold at once (the spending cap). No default."""
+    nodepool_name: str = "gpu"
+    """metadata.name of the NodePool; also the value of the `gpuburst.io/pool` node label. Default `gpu`."""
+    instance_types: Sequence[str] = DEFAULT_GPU_INSTANCE_TYPES
+    """At least two NVIDIA x86-64 instance types. Default g4dn/g5 xlarge and 2xlarge."""
+    capacity_types: Sequence[str] = ("spot", "on-demand")
+    """Capacity types Karpenter may buy. Default spot, then on-demand when spot is short."""
+    cpu_limit: int | str | None = None
+    """Most vCPUs the pool may hold, or None (default) for no CPU cap."""
+    consolidate_after: str = "5m"
+    """How long a node stays empty before it is removed. Default 5m."""
+    expire_after: str = "720h"
+    """Node lifetime before forced replacement (picks up new AMIs). Default 720h (Karpenter's default)."""
+    termination_grace_period: str | None = None
+    """Longest a draining node waits for its pods; None (default) waits for a do-not-disrupt slide to finish."""
+    budgets: Sequence[Mapping[str, Any]] | None = None
+    """Disruption budgets; None (default) uses DEFAULT_BUDGETS."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Extra node labels. Default none."""
+    weight: int | None = None
+    """NodePool weight (1-100) among pools; None (default) leaves it unset."""
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """The NodePool custom resource (`kubernetes:karpenter.sh/v1:NodePool`)."""
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        manifest = gpu_nodepool_manifest(
+            args.nodepool_name, nodeclass_name=args.nodeclass_name, instance_types=args.instance_types,
+            capacity_types=args.capacity_types, gpu_limit=args.gpu_limit, cpu_limit=args.cpu_limit,
+            consolidate_after=args.consolidate_after, expire_after=args.expire_after,
+            termination_grace_period=args.termination_grace_period, budgets=args.budgets, labels=args.labels,
+            weight=args.weight)
+        super().__init__("gpuburst:index:GpuNodePool", name, None, opts)
+        self.nodepool_name: str = args.nodepool_name
+        self.manifest: dict = manifest
+        self.resource = k8s.apiextensions.CustomResource(
+            f"{name}-nodepool", api_version=manifest["apiVersion"], kind=manifest["kind"],
+            metadata=manifest["metadata"], spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.crd_chart]))
+        self.register_outputs({"nodepoolName": self.nodepool_name})

@@ -1,0 +1,129 @@
+"""GpuBurstPlatform: the whole product composed from the components, driven by one typed StackConfig."""
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .chooser import PatternChoice, WorkloadFacts, choose_pattern, require_pattern
+from .cluster import Cluster, ClusterArgs
+from .config import StackConfig, WorkloadConfig
+from .consumer import GpuConsumer, GpuConsumerArgs
+from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+from .image import WorkerImage, WorkerImageArgs
+from .karpenter import Karpenter, KarpenterArgs
+from .keda import Keda, KedaArgs
+from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs
+from .nodepool import GpuNodePool, GpuNodePoolArgs
+from .pod import WorkerPodSettings
+from .queue import WorkQueue, WorkQueueArgs
+from .scaledjob import GpuScaledJob, GpuScaledJobArgs
+from .storage import SlideStorage, SlideStorageArgs
+
+WORKLOAD_NAMESPACE = "gpuburst"
+"""Namespace of the worker ScaledJobs and Deployments (Pod Security Standard `restricted`, enforced)."""
+
+
+def workload_facts(w: WorkloadConfig) -> WorkloadFacts:
+    """The chooser's facts for one configured workload."""
+    return WorkloadFacts(items_independent=w.items_independent, state_across_messages=w.stateful, ordered=w.ordered,
+                         model_load_s=w.model_load_s, seconds_per_item=w.seconds_per_item,
+                         burst_items=w.burst_items, max_replicas=w.max_replicas)
+
+
+def choose_patterns(config: StackConfig) -> dict[str, PatternChoice]:
+    """Workload name -> chosen pattern; refuses (ConfigError) a forced ScaledJob for ordered or stateful work.
+
+    Pure and run before any resource is declared, so a wrong pattern fails with nothing registered.
+    """
+    choices = {}
+    for w in config.workloads:
+        facts = workload_facts(w)
+        choices[w.name] = require_pattern(facts, w.pattern) if w.pattern else choose_pattern(facts)
+    return choices
+
+
+class GpuBurstPlatform(pulumi.ComponentResource):
+    """EKS + Karpenter GPU NodePool + device plugin + KEDA + queues + storage + worker image + workloads."""
+
+    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+        choices = choose_patterns(config)  # before super().__init__: a refusal registers nothing
+        super().__init__("gpuburst:index:GpuBurstPlatform", name, None, opts)
+        prefix = config.name_prefix
+        tags = {"Project": "gpuburst", "Environment": config.environment}
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
+            name=prefix, kubernetes_version=config.kubernetes_version,
+            endpoint_public_access=config.endpoint_public_access,
+            public_access_cidrs=list(config.public_access_cidrs),
+            system_instance_types=[config.system_node_instance_type],
+            system_desired_size=config.system_node_count,
+            system_max_size=max(config.system_node_count, config.system_node_count + 1),
+            tags=tags), opts=child)
+        # Everything in the cluster goes through the cluster's own provider, after the system nodes exist.
+        in_cluster = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.cluster.k8s_provider})
+
+        self.karpenter = Karpenter(f"{name}-karpenter", KarpenterArgs(
+            cluster_name=prefix, version=config.karpenter_version, kubernetes_version=config.kubernetes_version,
+            wait_for=list(self.cluster.ready), tags=tags), opts=in_cluster)
+        self.nodeclass = Ec2NodeClass(f"{name}-gpu-nodeclass", Ec2NodeClassArgs(
+            node_role=self.karpenter.node_role_name, cluster_name=prefix, crd_chart=self.karpenter.crd_chart,
+            ami_alias=config.ami_alias, tags=tags), opts=in_cluster)
+        self.nodepool = GpuNodePool(f"{name}-gpu-nodepool", GpuNodePoolArgs(
+            nodeclass_name=self.nodeclass.nodeclass_name, crd_chart=self.karpenter.crd_chart,
+            gpu_limit=config.gpu_limit, instance_types=config.gpu_instance_types,
+            capacity_types=config.gpu_capacity_types), opts=in_cluster)
+        self.device_plugin = NvidiaDevicePlugin(f"{name}-nvidia-device-plugin", NvidiaDevicePluginArgs(),
+                                                opts=in_cluster)
+        self.keda = Keda(f"{name}-keda", KedaArgs(cluster_name=prefix, version=config.keda_version),
+                         opts=in_cluster)
+
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": WORKLOAD_NAMESPACE, "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+                "pod-security.kubernetes.io/audit": "restricted",
+                "pod-security.kubernetes.io/warn": "restricted"}},
+            opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(parent=self)))
+
+        self.storage = SlideStorage(f"{name}-storage", SlideStorageArgs(tags=tags), opts=child)
+        self.image = WorkerImage(f"{name}-worker-image", WorkerImageArgs(tags=tags), opts=child)
+
+        self.queues: dict[str, WorkQueue] = {}
+        self.workloads: dict[str, pulumi.ComponentResource] = {}
+        self.choices = choices
+        for w in config.workloads:
+            queue = WorkQueue(f"{name}-{w.name}-queue", WorkQueueArgs(
+                name=f"{prefix}-{w.name}", expected_processing_s=w.expected_processing_s, fifo=w.ordered,
+                max_receive_count=config.max_receive_count, alarm_emails=list(config.alarm_emails),
+                oldest_message_alarm_s=max(config.oldest_message_alarm_s, 2 * w.expected_processing_s),
+                tags=tags), opts=child)
+            self.queues[w.name] = queue
+            pod = WorkerPodSettings(image=self.image.image_ref, visibility_timeout_s=queue.visibility_timeout_s,
+                                    region=config.region)
+            workload_opts = pulumi.ResourceOptions.merge(
+                in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace, self.nodepool.resource,
+                                                               self.device_plugin.chart]))
+            common = dict(cluster_name=prefix, namespace=WORKLOAD_NAMESPACE, queue_url=queue.queue_url,
+                          queue_arn=queue.queue_arn, bucket_arn=self.storage.results_bucket_arn, pod=pod,
+                          slides_prefix=self.storage.slides_prefix, results_prefix=self.storage.results_prefix)
+            if choices[w.name].pattern == "scaledjob":
+                self.workloads[w.name] = GpuScaledJob(f"{w.name}", GpuScaledJobArgs(
+                    keda=self.keda, facts=workload_facts(w), **common), opts=workload_opts)
+            else:
+                self.workloads[w.name] = GpuConsumer(f"{w.name}", GpuConsumerArgs(**common), opts=workload_opts)
+
+        self.cluster_name = prefix
+        self.kubeconfig_json = self.cluster.kubeconfig_json
+        self.queue_urls = {n: q.queue_url for n, q in self.queues.items()}
+        self.dead_letter_queue_urls = {n: q.dlq_url for n, q in self.queues.items()}
+        self.image_ref = self.image.image_ref
+        self.slides_bucket = self.storage.slides_bucket_name
+        self.results_bucket = self.storage.results_bucket_name
+        self.workload_patterns = {n: {"pattern": c.pattern, "reason": c.reason} for n, c in choices.items()}
+        self.worker_role_arns = {n: wl.role_arn for n, wl in self.workloads.items()}
+        self.gpu_nodepool_name = self.nodepool.nodepool_name
+        self.register_outputs({
+            "clusterName": self.cluster_name, "queueUrls": self.queue_urls, "imageRef": self.image_ref,
+            "workloads": self.workload_patterns})

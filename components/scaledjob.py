@@ -1,0 +1,225 @@
+"""A KEDA ScaledJob that starts one hardened GPU job per SQS message, for independent, stateless work only.
+
+Scaling arithmetic, and why `scalingStrategy` is left out: the aws-sqs-queue scaler counts visible plus in-flight
+messages (`scaleOnInFlight: "true"`), and KEDA's default strategy starts `queue length - running jobs` new jobs. A
+message a running job holds is in flight and that job is running, so the two cancel out: no double start while a
+job works, and a job that is still Pending (waiting for a Karpenter GPU node) is counted as running, so a slow
+node start does not start a second job for the same message. `accurate` subtracts only *pending* jobs and expects
+a queue length *without* in-flight messages, so it is offered only together with `scaleOnInFlight: "false"`
+(`scaling_strategy="accurate"` sets both). The field is omitted rather than set to `default` because KEDA
+2.20.0-2.20.1 reject an explicit `default` (see catalogue.KEDA_REJECTED_SCALING_STRATEGIES).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .catalogue import KEDA_VERSION
+from .chooser import WorkloadFacts, require_pattern
+from .identity import WorkloadIdentity, WorkloadIdentityArgs
+from .keda import Keda, KedaScalerAuth, KedaScalerAuthArgs
+from .keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
+from .pod import WORKER_LABEL, WorkerPodSettings, hardened_pod_template, worker_network_policy, worker_policy
+from .validation import ConfigError, Rule, is_int_between, validate
+
+@dataclass
+class ScaledJobSettings:
+    """The KEDA and Job knobs of a GpuScaledJob (all plain values, so policies can judge them during preview)."""
+
+    max_replica_count: int = 8
+    """Most jobs (GPUs) at once: KEDA's maxReplicaCount. Default 8; bounds a burst's GPU spend."""
+    queue_length: str = "1"
+    """Messages per job for KEDA's arithmetic (aws-sqs-queue `queueLength`, a string). Default "1": one job per
+    message, matching `max_messages_per_job`."""
+    max_messages_per_job: int = 1
+    """The worker's --max-messages: a job takes this many messages, then exits. Default 1."""
+    polling_interval_s: int = 30
+    """Seconds between KEDA's queue-length polls (spec.pollingInterval). Default 30."""
+    successful_jobs_history_limit: int = 3
+    """Finished jobs kept for inspection. Default 3."""
+    failed_jobs_history_limit: int = 5
+    """Failed jobs kept for inspection. Default 5."""
+    backoff_limit: int = 0
+    """Job backoffLimit. Default 0: a failed pod is not retried inside the job; its message reappears after the
+    visibility timeout and SQS's maxReceiveCount/dead-letter queue is the one retry budget. Pods killed by a node
+    disruption (spot reclaim) do not count (podFailurePolicy Ignore on DisruptionTarget)."""
+    active_deadline_s: int = 3600
+    """Job activeDeadlineSeconds: a stuck job is stopped (and its message reappears). Default 3600; must exceed
+    model load + max_messages_per_job × seconds per item."""
+    scaling_strategy: str | None = None
+    """None (default): the field is omitted (KEDA's default strategy) with scaleOnInFlight "true". 'accurate':
+    with scaleOnInFlight "false". See the module docstring."""
+
+
+_SETTINGS_RULES = [
+    Rule("max_replica_count", is_int_between(1, 1000), "an int, 1-1000"),
+    Rule("queue_length", lambda v: isinstance(v, str) and v.isdigit() and int(v) >= 1,
+         "a whole number >= 1 as a string, e.g. \"1\""),
+    Rule("max_messages_per_job", is_int_between(1, 1000), "an int, 1-1000"),
+    Rule("polling_interval_s", is_int_between(5, 3600), "seconds, 5-3600"),
+    Rule("successful_jobs_history_limit", is_int_between(0, 100), "an int, 0-100"),
+    Rule("failed_jobs_history_limit", is_int_between(0, 100), "an int, 0-100"),
+    Rule("backoff_limit", is_int_between(0, 10), "an int, 0-10"),
+    Rule("active_deadline_s", is_int_between(60, 7 * 24 * 3600), "seconds, 60-604800"),
+    Rule("scaling_strategy", lambda v: v in (None, "accurate"),
+         "None (omit: KEDA's default strategy with in-flight counting) or 'accurate' (with scaleOnInFlight false)"),
+]
+
+
+def check_scaled_job_settings(s: ScaledJobSettings, facts: WorkloadFacts) -> None:
+    """Raise a one-line ConfigError when the settings cannot work for this work."""
+    validate({r.field: getattr(s, r.field) for r in _SETTINGS_RULES}, _SETTINGS_RULES, prefix="ScaledJobSettings.")
+    if int(s.queue_length) != s.max_messages_per_job:
+        raise ConfigError("ScaledJobSettings.queue_length", s.queue_length,
+                          f"\"{s.max_messages_per_job}\" = max_messages_per_job (KEDA starts one job per queue_length "
+                          "messages; a mismatch leaves messages waiting or starts jobs that find nothing)")
+    needed = facts.model_load_s + s.max_messages_per_job * facts.seconds_per_item
+    if s.active_deadline_s <= needed:
+        raise ConfigError("ScaledJobSettings.active_deadline_s", s.active_deadline_s,
+                          f"more than model_load_s + max_messages_per_job x seconds_per_item = {needed:g} s")
+
+
+def scaled_job_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[str], region: str, auth_name: str,
+                        service_account_name: str, pod: WorkerPodSettings, settings: ScaledJobSettings,
+                        keda_version: str = KEDA_VERSION) -> dict[str, Any]:
+    """The ScaledJob manifest (plain dict; queue URL and image may be Outputs), checked against `keda_version`."""
+    labels = {"app.kubernetes.io/name": WORKER_LABEL, "app.kubernetes.io/instance": name,
+              "app.kubernetes.io/component": "scaledjob"}
+    command = ["python", "-m", "worker", "consume", "--mode", "job", "--queue-url", queue_url,
+               "--max-messages", str(settings.max_messages_per_job)]
+    template = hardened_pod_template(pod, command=command, queue_url=queue_url,
+                                     service_account_name=service_account_name, restart_policy="Never",
+                                     labels=labels)
+    spec: dict[str, Any] = {
+        "jobTargetRef": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": settings.backoff_limit,
+            "activeDeadlineSeconds": settings.active_deadline_s,
+            # A pod lost to a node disruption (spot reclaim, node drain) is replaced without using up backoffLimit.
+            "podFailurePolicy": {"rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+            "template": template,
+        },
+        "pollingInterval": settings.polling_interval_s,
+        "successfulJobsHistoryLimit": settings.successful_jobs_history_limit,
+        "failedJobsHistoryLimit": settings.failed_jobs_history_limit,
+        "maxReplicaCount": settings.max_replica_count,
+        # gradual: a new revision applies to new jobs only; running GPU jobs are never killed by an update.
+        "rollout": {"strategy": "gradual"},
+        "triggers": [{
+            "type": SQS_TRIGGER,
+            "authenticationRef": {"name": auth_name, "kind": "TriggerAuthentication"},
+            "metadata": {
+                "queueURL": queue_url,
+                "queueLength": settings.queue_length,
+                "awsRegion": region,
+                "scaleOnInFlight": "false" if settings.scaling_strategy == "accurate" else "true",
+            },
+        }],
+    }
+    if settings.scaling_strategy is not None:
+        spec["scalingStrategy"] = {"strategy": settings.scaling_strategy}
+    manifest = {"apiVersion": API_VERSION, "kind": "ScaledJob",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": spec}
+    return check_keda_manifest(manifest, keda_version)
+
+
+@dataclass
+class GpuScaledJobArgs:
+    """Inputs of GpuScaledJob."""
+
+    cluster_name: pulumi.Input[str]
+    """EKS cluster (for the Pod Identity association). Required."""
+    keda: Keda
+    """The Keda component: version to check against, operator role, chart the CRDs come from. Required."""
+    facts: WorkloadFacts
+    """What the work is; ordered or stateful work is refused (it needs GpuConsumer). Required."""
+    namespace: str
+    """Namespace of the ScaledJob, its service account and TriggerAuthentication (must exist). Required."""
+    queue_url: pulumi.Input[str]
+    """The work queue's URL. Required."""
+    queue_arn: pulumi.Input[str]
+    """The work queue's ARN (IAM grants). Required."""
+    bucket_arn: pulumi.Input[str]
+    """ARN of the bucket results are written to (and slides read from, unless slides_bucket_arn). Required."""
+    pod: WorkerPodSettings
+    """The worker container and pod (image by digest, resources, visibility, grace). Required."""
+    slides_prefix: str = "slides/"
+    """Key prefix the worker reads slides from (read only). Default 'slides/'."""
+    results_prefix: str = "results/"
+    """Key prefix the worker writes results under (read and write). Default 'results/'."""
+    settings: ScaledJobSettings | None = None
+    """KEDA and Job settings. Default: ScaledJobSettings() with max_replica_count = facts.max_replicas."""
+    slides_bucket_arn: pulumi.Input[str] | None = None
+    """ARN of the bucket slides are read from (read only). Default None = bucket_arn."""
+    slides_bucket_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed key of the slides bucket, if any. Default None."""
+    queue_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed key of the queue, if any (kms:Decrypt through SQS). Default None."""
+    bucket_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed key of the results bucket (bucket_arn), if any. Default None."""
+    scaler_identity_owner: str | None = None
+    """None (default): a scaler role via roleArn; 'keda': the operator's own role (see KedaScalerAuth)."""
+    network_policy: bool = True
+    """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS). Default True."""
+
+
+class GpuScaledJob(pulumi.ComponentResource):
+    """ScaledJob + its service account and least-privilege Pod Identity role + the queue's scaler identity."""
+
+    scaled_job: k8s.apiextensions.CustomResource
+    role_arn: pulumi.Output[str]
+    service_account_name: str
+
+    def __init__(self, name: str, args: GpuScaledJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuburst:index:GpuScaledJob", name, None, opts)
+        # Refuse ordered or stateful work before anything is declared.
+        self.choice = require_pattern(args.facts, "scaledjob")
+        settings = args.settings or ScaledJobSettings(max_replica_count=args.facts.max_replicas)
+        check_scaled_job_settings(settings, args.facts)
+        self.service_account_name = f"{name}-worker"
+        auth_name = f"{name}-sqs-auth"
+        # Build and check the manifest (pod hardening, image digest, KEDA schema) before declaring resources.
+        manifest = scaled_job_manifest(
+            name=name, namespace=args.namespace, queue_url=args.queue_url, region=args.pod.region,
+            auth_name=auth_name, service_account_name=self.service_account_name, pod=args.pod, settings=settings,
+            keda_version=args.keda.version)
+        policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
+                               slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
+                               bucket_kms_key_arn=args.bucket_kms_key_arn,
+                               slides_bucket_kms_key_arn=args.slides_bucket_kms_key_arn)
+        child = pulumi.ResourceOptions(parent=self)
+
+        service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa",
+            metadata={"name": self.service_account_name, "namespace": args.namespace,
+                      "labels": manifest["metadata"]["labels"]},
+            automount_service_account_token=False,
+            opts=child)
+        self.identity = WorkloadIdentity(
+            f"{name}-worker",
+            WorkloadIdentityArgs(cluster_name=args.cluster_name, namespace=args.namespace,
+                                 service_account=self.service_account_name, policy=policy),
+            opts=child)
+        self.role_arn = self.identity.role_arn
+        self.scaler = KedaScalerAuth(
+            f"{name}-scaler",
+            KedaScalerAuthArgs(keda=args.keda, namespace=args.namespace, queue_arn=args.queue_arn,
+                               auth_name=auth_name, identity_owner=args.scaler_identity_owner),
+            opts=child)
+        # After the CRD (chart), the service account, the Pod Identity association (credentials are injected at
+        # pod admission) and the TriggerAuthentication (KEDA's first poll needs it).
+        self.scaled_job = k8s.apiextensions.CustomResource(
+            f"{name}-scaledjob", api_version=manifest["apiVersion"], kind=manifest["kind"],
+            metadata=manifest["metadata"], spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.keda.chart, service_account, self.identity,
+                                                                 self.scaler]))
+        if args.network_policy:
+            np_ = worker_network_policy(name, args.namespace, manifest["metadata"]["labels"])
+            k8s.networking.v1.NetworkPolicy(f"{name}-netpol", metadata=np_["metadata"], spec=np_["spec"], opts=child)
+        self.register_outputs({"roleArn": self.role_arn, "serviceAccountName": self.service_account_name,
+                               "scalerRoleArn": self.scaler.role_arn})

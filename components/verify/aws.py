@@ -1,0 +1,131 @@
+"""The thin boto3 layer of `verify`: the few EC2, SQS, S3 and STS calls the checks make, with errors in one line.
+
+Every failure becomes an AwsError naming the IAM action, the resource and AWS's error code, because that is what
+an operator needs to fix a policy. Clients use short timeouts and the SDK's standard retry mode (2 attempts).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+_CONFIG = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"})
+_QUEUE_URL_REGION = re.compile(r"^https://sqs[.-]([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com(?:\.cn)?/")
+
+
+class AwsError(Exception):
+    """One AWS call failed: `str()` is `ACTION on RESOURCE: CODE (message)`."""
+
+    def __init__(self, action: str, resource: str, code: str, message: str = "") -> None:
+        self.action, self.resource, self.code, self.message = action, resource, code, message
+        super().__init__(f"{action} on {resource}: {code}" + (f" ({message})" if message else ""))
+
+
+def region_from_queue_url(url: str) -> str | None:
+    """`https://sqs.eu-west-1.amazonaws.com/123/q` -> `eu-west-1`; None for other endpoints (e.g. a local one)."""
+    m = _QUEUE_URL_REGION.match(url or "")
+    return m.group(1) if m else None
+
+
+def _wrap(action: str, resource: str, fn: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(**kwargs)
+    except ClientError as e:
+        err = e.response.get("Error", {})
+        code = err.get("Code") or str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "error"))
+        raise AwsError(action, resource, code, (err.get("Message") or "").strip()) from None
+    except BotoCoreError as e:
+        raise AwsError(action, resource, type(e).__name__, str(e)) from None
+
+
+class Aws:
+    """EC2/SQS/S3/STS clients of one identity (the caller's, or an assumed role's) in one region."""
+
+    def __init__(self, region: str | None = None, session: boto3.session.Session | None = None) -> None:
+        self.session = session or boto3.session.Session(region_name=region)
+        self.region = region or self.session.region_name
+        self._clients: dict[str, Any] = {}
+
+    def _client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self.session.client(service, region_name=self.region, config=_CONFIG)
+        return self._clients[service]
+
+    # -- STS ---------------------------------------------------------------------------------------------------
+    def assume_role(self, role_arn: str, session_name: str = "gpuburst-verify") -> "Aws":
+        """An Aws acting as `role_arn` (sts:AssumeRole, one hour at most, no tags)."""
+        out = _wrap("sts:AssumeRole", role_arn, self._client("sts").assume_role, RoleArn=role_arn,
+                    RoleSessionName=session_name, DurationSeconds=900)
+        c = out["Credentials"]
+        session = boto3.session.Session(aws_access_key_id=c["AccessKeyId"], aws_secret_access_key=c["SecretAccessKey"],
+                                        aws_session_token=c["SessionToken"], region_name=self.region)
+        return Aws(self.region, session)
+
+    # -- EC2 ---------------------------------------------------------------------------------------------------
+    def describe_instances(self, instance_ids: list[str]) -> list[dict]:
+        """The instances (flattened out of their reservations)."""
+        out = _wrap("ec2:DescribeInstances", ",".join(instance_ids), self._client("ec2").describe_instances,
+                    InstanceIds=list(instance_ids))
+        return [i for r in out.get("Reservations", []) for i in r.get("Instances", [])]
+
+    def describe_images(self, image_ids: list[str]) -> list[dict]:
+        """The AMIs (Name, Description, ...) by id."""
+        out = _wrap("ec2:DescribeImages", ",".join(image_ids), self._client("ec2").describe_images,
+                    ImageIds=list(image_ids))
+        return list(out.get("Images", []))
+
+    # -- SQS ---------------------------------------------------------------------------------------------------
+    def queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
+        """sqs:GetQueueAttributes."""
+        out = _wrap("sqs:GetQueueAttributes", queue_url, self._client("sqs").get_queue_attributes,
+                    QueueUrl=queue_url, AttributeNames=list(names))
+        return dict(out.get("Attributes", {}))
+
+    def send_message(self, queue_url: str, body: str, attributes: dict[str, str], *,
+                     group_id: str | None = None, dedup_id: str | None = None) -> str:
+        """sqs:SendMessage with String message attributes (and the FIFO ids when given); returns the MessageId."""
+        kwargs: dict[str, Any] = {
+            "QueueUrl": queue_url, "MessageBody": body,
+            "MessageAttributes": {k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+        }
+        if group_id is not None:
+            kwargs["MessageGroupId"] = group_id
+        if dedup_id is not None:
+            kwargs["MessageDeduplicationId"] = dedup_id
+        return _wrap("sqs:SendMessage", queue_url, self._client("sqs").send_message, **kwargs)["MessageId"]
+
+    def receive_messages(self, queue_url: str, *, attribute_names: list[str], max_messages: int = 10,
+                         visibility_timeout_s: int = 5, wait_s: int = 1) -> list[dict]:
+        """sqs:ReceiveMessage asking for the named message attributes."""
+        out = _wrap("sqs:ReceiveMessage", queue_url, self._client("sqs").receive_message, QueueUrl=queue_url,
+                    MaxNumberOfMessages=max_messages, VisibilityTimeout=visibility_timeout_s,
+                    WaitTimeSeconds=wait_s, MessageAttributeNames=list(attribute_names))
+        return list(out.get("Messages", []))
+
+    def delete_message(self, queue_url: str, receipt_handle: str) -> None:
+        """sqs:DeleteMessage of one received message (the 'purge one': never PurgeQueue)."""
+        _wrap("sqs:DeleteMessage", queue_url, self._client("sqs").delete_message, QueueUrl=queue_url,
+              ReceiptHandle=receipt_handle)
+
+    def release_message(self, queue_url: str, receipt_handle: str) -> None:
+        """sqs:ChangeMessageVisibility to 0: hand a received message straight back to the queue."""
+        _wrap("sqs:ChangeMessageVisibility", queue_url, self._client("sqs").change_message_visibility,
+              QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=0)
+
+    # -- S3 ----------------------------------------------------------------------------------------------------
+    def put_object(self, bucket: str, key: str, body: bytes) -> None:
+        """s3:PutObject."""
+        _wrap("s3:PutObject", f"s3://{bucket}/{key}", self._client("s3").put_object, Bucket=bucket, Key=key,
+              Body=body)
+
+    def get_object(self, bucket: str, key: str) -> bytes:
+        """s3:GetObject; returns the body."""
+        out = _wrap("s3:GetObject", f"s3://{bucket}/{key}", self._client("s3").get_object, Bucket=bucket, Key=key)
+        return out["Body"].read()
+
+    def delete_object(self, bucket: str, key: str) -> None:
+        """s3:DeleteObject."""
+        _wrap("s3:DeleteObject", f"s3://{bucket}/{key}", self._client("s3").delete_object, Bucket=bucket, Key=key)

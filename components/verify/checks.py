@@ -1,0 +1,105 @@
+"""The table of checks (name, what it proves, how it runs) and the runner that runs them in order.
+
+Order matters: `gpu-job` runs before `gpu-allocatable` and `hardware-ami`, so a pool scaled to zero gets a node
+(the probe Job asks for a GPU) and the node checks have something to judge.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import gpu, gpujob, hardware, iam, keda, versions
+from .model import FAIL, SKIPPED, CheckResult, Clock, RealClock, VerifySettings
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the table."""
+
+    name: str
+    """The name `--skip` and the output use."""
+    proves: str
+    """What a pass proves, for `--help` and docs/verify.md."""
+    run: Callable[["Context"], CheckResult]
+    """Runs the check against the live cluster / AWS."""
+    needs_kube: bool = True
+    """False when the check talks to AWS only (it then runs without a reachable cluster)."""
+
+
+CHECKS: tuple[Check, ...] = (
+    Check(versions.NAME, "the Karpenter, karpenter-crd, KEDA, NVIDIA device plugin and Kubernetes versions the "
+                         "cluster actually runs pass the catalogue's rules (broken releases, minimums, coupled "
+                         "charts, supported Kubernetes ranges) and equal its pins", versions.run),
+    Check(iam.NAME, "the worker's own IAM role can write, read back (and remove) an object under the results "
+                    "prefix and read its queue's attributes", iam.run, needs_kube=False),
+    Check(keda.NAME, "the KEDA operator's version is accepted; every TriggerAuthentication validates against the "
+                     "CRD schema served by the cluster and uses no refused provider; every ScaledJob is Ready with no "
+                     "recent Warning events or operator errors; and a probe message on its queue makes it create "
+                     "a Job within pollingInterval + 60 s", keda.run),
+    Check(gpujob.NAME, "a Job requesting nvidia.com/gpu: 1 is scheduled on the GPU NodePool and runs nvidia-smi "
+                       "within the deadline (reports the GPU model); the Job is always deleted", gpujob.run),
+    Check(gpu.NAME, "every node of the GPU NodePool advertises nvidia.com/gpu in status.allocatable and runs the "
+                    "device-plugin pod (a node older than the grace period without it fails; an empty pool is "
+                    "skipped)", gpu.run),
+    Check(hardware.NAME, "every GPU node is an instance type the NodePool's requirements admit and was booted from "
+                         "the NVIDIA variant of the expected AMI family (EC2's image name, not the node's word)",
+          hardware.run),
+)
+"""Every check, in the order they run."""
+
+CHECK_NAMES = tuple(c.name for c in CHECKS)
+
+
+@dataclass
+class Context:
+    """What a check's `run` gets: the settings, the cluster, AWS, the clock, and notes the checks share."""
+
+    settings: VerifySettings
+    """The run's settings."""
+    kube: Any = None
+    """A kube.Kube (or a stand-in with the same methods); None when no check needs the cluster."""
+    aws_factory: Callable[[str | None], Any] | None = None
+    """region -> aws.Aws of the caller's identity; default builds one per region."""
+    clock: Clock = field(default_factory=RealClock)
+    """Wall time and sleep."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """Notes from one check to a later one (e.g. which node ran the gpu-job)."""
+    _aws: dict[str | None, Any] = field(default_factory=dict)
+
+    def aws(self, region: str | None = None) -> Any:
+        """The caller's Aws for `region` (the settings' region, else the SDK's, when None)."""
+        region = region or self.settings.region
+        if region not in self._aws:
+            if self.aws_factory is not None:
+                self._aws[region] = self.aws_factory(region)
+            else:
+                from .aws import Aws
+
+                self._aws[region] = Aws(region)
+        return self._aws[region]
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: `Type: first line`."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def run_checks(ctx: Context, skip: tuple[str, ...] = (), on_result: Callable[[CheckResult], None] | None = None
+               ) -> list[CheckResult]:
+    """Run every check not skipped, in order; an exception inside one check fails that check only."""
+    results = []
+    for check in CHECKS:
+        if check.name in skip:
+            result = CheckResult(check.name, SKIPPED, "skipped by --skip", [f"--skip {check.name}"])
+        else:
+            try:
+                result = check.run(ctx)
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # noqa: BLE001 - one broken check must not hide the others' verdicts
+                result = CheckResult(check.name, FAIL, f"the check could not run: {one_line(e)}", [one_line(e)])
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results

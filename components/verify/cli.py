@@ -1,0 +1,255 @@
+"""Command line of `python -m components verify`: settings from the stack's outputs and flags, one table or JSON out.
+
+Exit status: 0 when no check failed, 1 when any check failed, 2 when verify could not run at all (no cluster, no
+pulumi CLI, bad flags) — always with one line on stderr saying why.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from typing import Any, Callable, TextIO
+
+from .checks import CHECK_NAMES, CHECKS, Context, run_checks
+from .model import FAIL, CheckResult, Clock, VerifySettings, Workload
+
+PROG = "python -m components verify"
+STACK_OUTPUT_TIMEOUT_S = 60
+"""How long `pulumi stack output` may take before verify gives up."""
+
+STACK_OUTPUTS = {
+    "kubeconfig": "kubeconfig",
+    "queue_urls": "queueUrls",
+    "worker_role_arns": "workerRoleArns",
+    "worker_image": "imageRef",
+    "results_bucket": "resultsBucket",
+    "results_prefix": "resultsPrefix",
+    "nodepool": "gpuNodePool",
+    "namespace": "namespace",
+}
+"""Which stack output feeds which setting (outputs a stack does not export are simply not used)."""
+
+
+class UsageError(Exception):
+    """verify cannot run with what it was given: one line."""
+
+
+def _epilog() -> str:
+    lines = ["checks (run in this order; --skip NAME leaves one out):"]
+    for c in CHECKS:
+        lines.append(f"  {c.name}")
+        lines += textwrap.wrap(c.proves, 100, initial_indent="      ", subsequent_indent="      ")
+    lines += [
+        "",
+        "exit status: 0 no check failed; 1 a check failed; 2 verify could not run (one line on stderr says why).",
+        f"stack outputs read with --stack: {', '.join(sorted(set(STACK_OUTPUTS.values())))}; flags win over them.",
+        "the runbook: docs/verify.md",
+    ]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (its --help lists every check and what it proves)."""
+    p = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_epilog(),
+        description="Post-upgrade checks against the live cluster and AWS. Each check judges the resource itself "
+                    "(allocatable GPUs, the AMI EC2 booted, a Job that must run, a message that must make KEDA "
+                    "create a Job), not a status field, and prints the evidence it saw.")
+    src = p.add_argument_group("where to look")
+    src.add_argument("--stack", help="read the settings from `pulumi stack output --json --show-secrets --stack "
+                                     "STACK` (needs the pulumi CLI)")
+    src.add_argument("--pulumi-dir", default=".", help="folder of Pulumi.yaml for --stack (default: .)")
+    src.add_argument("--kubeconfig", help="kubeconfig path (default: the stack's kubeconfig output, else "
+                                          "$KUBECONFIG / ~/.kube/config / the in-cluster service account)")
+    src.add_argument("--context", help="kubeconfig context (default: its current-context)")
+    src.add_argument("--queue-url", action="append", default=[], metavar="URL",
+                     help="a work queue (repeatable; default: the stack's queueUrls)")
+    src.add_argument("--worker-role-arn", action="append", default=[], metavar="ARN",
+                     help="the worker's IAM role, one for all queues or one per --queue-url in order "
+                          "(default: the stack's workerRoleArns; inside a pod: the ambient credentials)")
+    src.add_argument("--results-bucket", help="results bucket (default: the stack's resultsBucket)")
+    src.add_argument("--results-prefix", help="key prefix the worker writes under (default: the stack's "
+                                              "resultsPrefix, else results/)")
+    src.add_argument("--image", dest="worker_image", help="image for the gpu-job (default: the stack's imageRef)")
+    src.add_argument("--nodepool", help="GPU NodePool name (default: the stack's gpuNodePool, else gpu)")
+    src.add_argument("--namespace", help="namespace of the ScaledJobs and the verify Job (default: the stack's "
+                                         "namespace, else gpuburst)")
+    src.add_argument("--region", help="AWS region (default: from the queue URL, else AWS_REGION)")
+    how = p.add_argument_group("how")
+    how.add_argument("--skip", action="append", default=[], metavar="CHECK",
+                     help=f"do not run CHECK (repeatable or comma-separated): {', '.join(CHECK_NAMES)}")
+    how.add_argument("--json", action="store_true", help="print a JSON list of {name, status, summary, evidence}")
+    how.add_argument("--grace-s", type=float, default=300.0,
+                     help="seconds a GPU node may take to advertise nvidia.com/gpu (default: 300)")
+    how.add_argument("--timeout-s", type=float, default=900.0,
+                     help="deadline of the gpu-job, node launch and image pull included (default: 900)")
+    how.add_argument("--probe-margin-s", type=float, default=60.0,
+                     help="seconds added to a ScaledJob's pollingInterval while waiting for the probe's Job "
+                          "(default: 60)")
+    how.add_argument("--poll-interval-s", type=float, default=5.0, help="seconds between looks (default: 5)")
+    how.add_argument("--connect-timeout-s", type=float, default=5.0,
+                     help="connect timeout to the Kubernetes API, no retries (default: 5)")
+    return p
+
+
+def stack_outputs(stack: str, cwd: str = ".", timeout_s: float = STACK_OUTPUT_TIMEOUT_S,
+                  runner: Callable[..., Any] = subprocess.run) -> dict[str, Any]:
+    """The stack's outputs as a dict (secrets shown); UsageError in one line when the CLI is missing or fails."""
+    exe = shutil.which("pulumi")
+    if exe is None:
+        raise UsageError(f"the pulumi CLI is not installed (needed to read the outputs of --stack {stack}); "
+                         "install it or pass --kubeconfig, --queue-url, --worker-role-arn, --results-bucket, "
+                         "--image instead")
+    cmd = [exe, "stack", "output", "--json", "--show-secrets", "--stack", stack]
+    try:
+        done = runner(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"`pulumi stack output --stack {stack}` did not answer within {int(timeout_s)} s "
+                         "(backend login? network?)") from None
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout or "").strip().splitlines()
+        raise UsageError(f"`pulumi stack output --stack {stack}` failed (exit {done.returncode}): "
+                         f"{last[-1] if last else 'no message'}")
+    try:
+        data = json.loads(done.stdout or "{}")
+    except ValueError as e:
+        raise UsageError(f"`pulumi stack output --stack {stack}` printed no JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"`pulumi stack output --stack {stack}` printed {type(data).__name__}, not an object")
+    return data
+
+
+def _as_mapping(value: Any, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return {"default": value}
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items() if v}
+    raise UsageError(f"stack output {what} is {type(value).__name__}, expected a string or a map")
+
+
+def settings_from(args: argparse.Namespace, outputs: dict[str, Any], tmpdir: str) -> VerifySettings:
+    """Merge stack outputs and flags (flags win) into VerifySettings; write a stack kubeconfig into tmpdir."""
+    skip: list[str] = []
+    for item in args.skip:
+        skip += [s.strip() for s in item.split(",") if s.strip()]
+    unknown = [s for s in skip if s not in CHECK_NAMES]
+    if unknown:
+        raise UsageError(f"--skip {unknown[0]!r} is not a check (checks: {', '.join(CHECK_NAMES)})")
+
+    kubeconfig = args.kubeconfig
+    if kubeconfig is None and outputs.get(STACK_OUTPUTS["kubeconfig"]):
+        raw = outputs[STACK_OUTPUTS["kubeconfig"]]
+        path = os.path.join(tmpdir, "kubeconfig")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(raw if isinstance(raw, str) else json.dumps(raw))
+        kubeconfig = path
+
+    if args.queue_url:
+        roles = args.worker_role_arn
+        if roles and len(roles) not in (1, len(args.queue_url)):
+            raise UsageError(f"--worker-role-arn given {len(roles)} times for {len(args.queue_url)} --queue-url: "
+                             "give one for all queues or one per queue")
+        workloads = [Workload(f"queue-{i + 1}", url, (roles[i] if len(roles) > 1 else roles[0]) if roles else None)
+                     for i, url in enumerate(args.queue_url)]
+    else:
+        queues = _as_mapping(outputs.get(STACK_OUTPUTS["queue_urls"]), STACK_OUTPUTS["queue_urls"])
+        roles_map = _as_mapping(outputs.get(STACK_OUTPUTS["worker_role_arns"]), STACK_OUTPUTS["worker_role_arns"])
+        if args.worker_role_arn and len(args.worker_role_arn) != 1:
+            raise UsageError("--worker-role-arn may be given once when the queues come from the stack")
+        workloads = [Workload(name, url, args.worker_role_arn[0] if args.worker_role_arn else
+                              roles_map.get(name) or roles_map.get("default")) for name, url in sorted(queues.items())]
+
+    def pick(flag: Any, key: str, default: Any = None) -> Any:
+        if flag is not None:
+            return flag
+        value = outputs.get(STACK_OUTPUTS[key])
+        return value if value not in (None, "") else default
+
+    return VerifySettings(
+        kubeconfig=kubeconfig, context=args.context,
+        nodepool=pick(args.nodepool, "nodepool", "gpu"), namespace=pick(args.namespace, "namespace", "gpuburst"),
+        workloads=workloads, results_bucket=pick(args.results_bucket, "results_bucket"),
+        results_prefix=pick(args.results_prefix, "results_prefix", "results/"),
+        worker_image=pick(args.worker_image, "worker_image"), region=args.region,
+        grace_s=args.grace_s, timeout_s=args.timeout_s, probe_extra_s=args.probe_margin_s,
+        poll_interval_s=args.poll_interval_s, connect_timeout_s=args.connect_timeout_s, skip=tuple(skip))
+
+
+def render_table(results: list[CheckResult]) -> str:
+    """The human report: one row per check, its evidence indented below it, then a one-line total."""
+    width = max([len(r.name) for r in results] + [5])
+    out = [f"{'CHECK'.ljust(width)}  STATUS   SUMMARY"]
+    for r in results:
+        status = r.status.upper() if r.status == FAIL else r.status
+        out.append(f"{r.name.ljust(width)}  {status.ljust(7)}  {r.summary}")
+        for e in r.evidence:
+            out.append(f"{' ' * width}    - {e}")
+    failed = [r.name for r in results if r.status == FAIL]
+    out.append("")
+    out.append(f"verify: {len(failed)} failed ({', '.join(failed)})" if failed else
+               f"verify: no check failed ({sum(r.status == 'pass' for r in results)} passed, "
+               f"{sum(r.status == 'skipped' for r in results)} skipped)")
+    return "\n".join(out)
+
+
+def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None, *, clock: Clock | None = None, aws_factory: Callable | None = None,
+         kube: Any = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run verify; returns the exit status. `clock`, `aws_factory` and `kube` are for tests."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    args = build_parser().parse_args(argv)
+    previous = None
+    try:
+        # A CI runner cancels with SIGTERM: turn it into KeyboardInterrupt so the checks' cleanups (the verify Job,
+        # the probe message) still run.
+        previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuburst-verify-") as tmpdir:
+            try:
+                outputs = stack_outputs(args.stack, args.pulumi_dir) if args.stack else {}
+                settings = settings_from(args, outputs, tmpdir)
+            except UsageError as e:
+                print(f"verify: {e}", file=stderr)
+                return 2
+            ctx = Context(settings=settings, aws_factory=aws_factory)
+            if clock is not None:
+                ctx.clock = clock
+            if any(c.needs_kube and c.name not in settings.skip for c in CHECKS):
+                if kube is None:
+                    from .kube import KubeUnreachable, connect
+
+                    try:
+                        kube = connect(settings.kubeconfig, settings.context,
+                                       connect_timeout_s=settings.connect_timeout_s,
+                                       request_timeout_s=settings.request_timeout_s)
+                    except KubeUnreachable as e:
+                        print(f"verify: {e}", file=stderr)
+                        return 2
+                ctx.kube = kube
+            try:
+                results = run_checks(ctx, settings.skip)
+            except KeyboardInterrupt:
+                print("verify: interrupted (the running check cleaned up what it created)", file=stderr)
+                return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2), file=stdout)
+    else:
+        print(render_table(results), file=stdout)
+    return 1 if any(r.status == FAIL for r in results) else 0

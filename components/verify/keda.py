@@ -1,0 +1,517 @@
+"""The `keda` check: KEDA's version, every TriggerAuthentication against the live CRD's schema, every ScaledJob's
+health, and one test message that must make each ScaledJob create a Job.
+
+A ScaledJob can say "configured" while it creates nothing (a TriggerAuthentication provider string that a KEDA
+upgrade no longer accepts, a reconcile error logged every poll). So besides conditions and Warning events, this check
+reads the operator's own log for errors about the ScaledJob, and finally proves scaling end to end with a probe
+message (see docs/verify.md, "The probe message", for why it is safe next to real work).
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from .. import catalogue
+from .model import FAIL, PASS, CheckResult, condition, name_of, ns_name, parse_time
+
+NAME = "keda"
+TA_CRD = "triggerauthentications.keda.sh"
+CTA_CRD = "clustertriggerauthentications.keda.sh"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=keda-operator"
+PROBE_ATTRIBUTE = "gpuburst-verify"
+"""SQS message attribute (String) that marks a verify probe; its value is the probe's uuid."""
+PAUSED_ANNOTATION = "autoscaling.keda.sh/paused"
+DEFAULT_POLLING_INTERVAL_S = 30
+"""KEDA's default ScaledJob pollingInterval (used when the spec leaves it out)."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Versions
+# ----------------------------------------------------------------------------------------------------------------
+
+def image_tag(image: str) -> str | None:
+    """`ghcr.io/kedacore/keda:2.20.2@sha256:...` -> `2.20.2`; None when the reference has no tag."""
+    ref = (image or "").split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+def workload_versions(obj: dict, chart: str) -> dict[str, str]:
+    """Every version a Deployment/DaemonSet/CRD states about itself, keyed by where it was read.
+
+    Sources: the `helm.sh/chart` label (`<chart>-<version>`), `app.kubernetes.io/version`, and each container
+    image tag that parses as a version.
+    """
+    md = obj.get("metadata") or {}
+    labels, annotations = md.get("labels") or {}, md.get("annotations") or {}
+    found: dict[str, str] = {}
+    for where, value in (("label helm.sh/chart", labels.get("helm.sh/chart")),
+                         ("annotation helm.sh/chart", annotations.get("helm.sh/chart"))):
+        if value and value.startswith(chart + "-"):
+            found[where] = value[len(chart) + 1:]
+    if labels.get("app.kubernetes.io/version"):
+        found["label app.kubernetes.io/version"] = labels["app.kubernetes.io/version"]
+    containers = ((((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or [])
+    for c in containers:
+        tag = image_tag(c.get("image", ""))
+        if tag:
+            try:
+                catalogue.parse_version(tag)
+            except ValueError:
+                continue
+            found[f"image {c.get('image')}"] = tag
+    return found
+
+
+def canonical(version: str) -> str:
+    """`v2.20.2` -> `2.20.2` (for comparing and for the catalogue)."""
+    return "%d.%d.%d" % catalogue.parse_version(version)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Schemas: the live CRD's openAPIV3Schema as JSON Schema
+# ----------------------------------------------------------------------------------------------------------------
+
+def to_jsonschema(schema: Any) -> Any:
+    """A Kubernetes structural schema as JSON Schema: `nullable: true` allows null; `x-kubernetes-*` dropped."""
+    if isinstance(schema, list):
+        return [to_jsonschema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key.startswith("x-kubernetes-") or key == "nullable":
+            continue
+        if key in ("properties", "patternProperties", "definitions"):
+            out[key] = {k: to_jsonschema(v) for k, v in value.items()}
+        elif key in ("items", "additionalProperties", "not", "allOf", "anyOf", "oneOf"):
+            out[key] = to_jsonschema(value)
+        else:
+            out[key] = value
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+def served_schema(crd: dict, version: str) -> dict | None:
+    """The openAPIV3Schema of the CRD version named `version` when it is served, else None."""
+    for v in ((crd.get("spec") or {}).get("versions") or []):
+        if v.get("name") == version and v.get("served"):
+            return ((v.get("schema") or {}).get("openAPIV3Schema")) or {}
+    return None
+
+
+def served_versions(crd: dict) -> list[str]:
+    """Names of the versions the CRD serves."""
+    return [v.get("name") for v in ((crd.get("spec") or {}).get("versions") or []) if v.get("served")]
+
+
+def schema_errors(obj: dict, schema: dict) -> list[str]:
+    """Every place `obj` breaks `schema`, as `path: message` (sorted, one line each)."""
+    from jsonschema import Draft4Validator  # OpenAPI v3 schemas are JSON Schema draft 4 plus extensions
+
+    validator = Draft4Validator(to_jsonschema(schema))
+    out = []
+    for err in validator.iter_errors(obj):
+        path = ".".join(str(p) for p in err.absolute_path) or "(root)"
+        out.append(f"{path}: {err.message}")
+    return sorted(out)
+
+
+def provider_enum(schema: dict) -> list[str] | None:
+    """The `spec.podIdentity.provider` enum of a TriggerAuthentication schema, or None when it has none."""
+    node = schema
+    for key in ("spec", "podIdentity", "provider"):
+        node = ((node or {}).get("properties") or {}).get(key)
+    return list(node["enum"]) if node and "enum" in node else None
+
+
+def judge_trigger_authentication(ta: dict, crd: dict | None, keda_version: str) -> tuple[list[str], list[str]]:
+    """(problems, evidence) for one (Cluster)TriggerAuthentication: the live CRD's schema, then the catalogue's
+    view of its podIdentity.provider for the running KEDA version. Both are reported, because the live enum can
+    still accept a provider the stack refuses (`aws-eks` is in KEDA 2.20's enum but deprecated)."""
+    kind = ta.get("kind", "TriggerAuthentication")
+    who = f"{kind} {ns_name(ta)}"
+    problems: list[str] = []
+    evidence: list[str] = []
+    version = (ta.get("apiVersion") or "/").split("/", 1)[-1]
+    provider = ((ta.get("spec") or {}).get("podIdentity") or {}).get("provider")
+    if crd is None:
+        problems.append(f"{who}: its CRD is not installed")
+        return problems, evidence
+    schema = served_schema(crd, version)
+    if schema is None:
+        problems.append(f"{who}: apiVersion {ta.get('apiVersion')} is not served by the live CRD {name_of(crd)} "
+                        f"(served: {', '.join(served_versions(crd))})")
+        return problems, evidence
+    errs = schema_errors(ta, schema)
+    for e in errs:
+        problems.append(f"{who}: live CRD {name_of(crd)} ({version}) schema: {e}")
+    if provider is not None:
+        enum = provider_enum(schema)
+        if enum is None:
+            evidence.append(f"{who}: podIdentity.provider {provider!r}; live CRD {name_of(crd)} ({version}) "
+                            "declares no provider enum")
+        else:
+            verdict = "accepts" if provider in enum else "REJECTS"
+            evidence.append(f"{who}: podIdentity.provider {provider!r}: live CRD {name_of(crd)} ({version}) "
+                            f"{verdict} it (enum: {', '.join(enum)})")
+        problem = catalogue.keda_provider_problem(provider, keda_version)
+        evidence.append(f"{who}: catalogue for KEDA {keda_version}: {problem or 'provider is fine'}")
+        if problem:
+            problems.append(f"{who}: {problem}")
+    else:
+        evidence.append(f"{who}: no podIdentity (secret or env based)" + ("" if not errs else ""))
+    if not problems:
+        evidence.append(f"{who}: valid against the live CRD {name_of(crd)} ({version})")
+    return problems, evidence
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# ScaledJobs
+# ----------------------------------------------------------------------------------------------------------------
+
+def event_time(ev: dict) -> datetime | None:
+    """When an Event last happened (series, lastTimestamp, eventTime, creationTimestamp, in that order)."""
+    for text in (((ev.get("series") or {}).get("lastObservedTime")), ev.get("lastTimestamp"), ev.get("eventTime"),
+                 (ev.get("metadata") or {}).get("creationTimestamp")):
+        t = parse_time(text)
+        if t is not None:
+            return t
+    return None
+
+
+def recent_warnings(events: list[dict], kind: str, name: str, now: datetime, window_s: float) -> list[dict]:
+    """Warning events about `kind`/`name` that last happened within `window_s` of `now`."""
+    out = []
+    for ev in events:
+        inv = ev.get("involvedObject") or {}
+        if ev.get("type") != "Warning" or inv.get("kind") != kind or inv.get("name") != name:
+            continue
+        t = event_time(ev)
+        if t is None or (now - t).total_seconds() <= window_s:
+            out.append(ev)
+    return out
+
+
+def operator_errors(log_text: str, namespace: str, name: str) -> list[str]:
+    """Error lines of the keda-operator log that name this ScaledJob (its name and its namespace both appear).
+
+    Handles the console format (`...\\tERROR\\t...`) and the JSON format (`"level":"error"`).
+    """
+    out = []
+    for line in (log_text or "").splitlines():
+        low = line.lower()
+        is_error = "\terror\t" in low or '"level":"error"' in low.replace(" ", "") or " error " in low[:60]
+        if is_error and f'"{name}"' in line and f'"{namespace}"' in line:
+            out.append(line.strip())
+    return out
+
+
+def sqs_triggers(sj: dict) -> list[dict[str, Any]]:
+    """The ScaledJob's aws-sqs-queue triggers: queue URL (queueURL, or queueURLFromEnv resolved from the job's
+    containers), region and authenticationRef."""
+    spec = sj.get("spec") or {}
+    env: dict[str, str] = {}
+    tmpl = ((((spec.get("jobTargetRef") or {}).get("template") or {}).get("spec") or {}).get("containers") or [])
+    for c in tmpl:
+        for e in c.get("env") or []:
+            if "value" in e:
+                env[e["name"]] = e["value"]
+    out = []
+    for t in spec.get("triggers") or []:
+        if t.get("type") != "aws-sqs-queue":
+            continue
+        md = t.get("metadata") or {}
+        url = md.get("queueURL") or env.get(md.get("queueURLFromEnv", ""), None)
+        out.append({"queue_url": url, "region": md.get("awsRegion"), "auth": t.get("authenticationRef")})
+    return out
+
+
+def polling_interval_s(sj: dict) -> int:
+    """spec.pollingInterval, seconds (KEDA's default 30 when absent)."""
+    return int((sj.get("spec") or {}).get("pollingInterval") or DEFAULT_POLLING_INTERVAL_S)
+
+
+def scaledjob_problems(sj: dict, warnings: list[dict], operator_lines: list[str], auth_names: set[str],
+                       cluster_auth_names: set[str]) -> tuple[list[str], list[str]]:
+    """(problems, evidence) for one ScaledJob from its conditions, its recent Warning events, the operator's error
+    lines about it, and whether its triggers' authenticationRefs exist."""
+    who = f"ScaledJob {ns_name(sj)}"
+    problems: list[str] = []
+    evidence: list[str] = []
+    conds = (sj.get("status") or {}).get("conditions") or []
+    evidence.append(f"{who} conditions: " + (", ".join(
+        f"{c.get('type')}={c.get('status')}" + (f" ({c.get('reason')})" if c.get("reason") else "")
+        for c in conds) or "none"))
+    ready = condition(sj, "Ready")
+    if not ready or ready.get("status") != "True":
+        problems.append(f"{who}: Ready={ready.get('status') if ready else 'absent'}"
+                        + (f" reason {ready.get('reason')}: {ready.get('message', '')}".rstrip(": ")
+                           if ready and ready.get("reason") else ""))
+    for c in conds:
+        if c.get("type") == "Ready":
+            continue
+        text = f"{c.get('type', '')} {c.get('reason', '')}".lower()
+        if c.get("status") == "True" and (c.get("type") == "Paused" or "error" in text or "fail" in text):
+            problems.append(f"{who}: {c.get('type')}=True reason {c.get('reason')}: {c.get('message', '')}"
+                            .rstrip(": "))
+    if str(((sj.get("metadata") or {}).get("annotations") or {}).get(PAUSED_ANNOTATION, "")).lower() == "true":
+        problems.append(f"{who}: annotation {PAUSED_ANNOTATION}=true (scaling paused)")
+    for ev in warnings:
+        problems.append(f"{who}: Warning event {ev.get('reason')} x{ev.get('count') or 1}: "
+                        f"{(ev.get('message') or '').strip()}")
+    if operator_lines:
+        problems.append(f"{who}: keda-operator logged {len(operator_lines)} error(s) about it; last: "
+                        f"{operator_lines[-1][:300]}")
+    for t in sqs_triggers(sj):
+        ref = t["auth"] or {}
+        if not ref:
+            continue
+        kind = ref.get("kind") or "TriggerAuthentication"
+        names = cluster_auth_names if kind == "ClusterTriggerAuthentication" else auth_names
+        if ref.get("name") not in names:
+            problems.append(f"{who}: trigger authenticationRef {kind} {ref.get('name')!r} does not exist")
+    if not sqs_triggers(sj):
+        evidence.append(f"{who}: no aws-sqs-queue trigger")
+    return problems, evidence
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The probe message
+# ----------------------------------------------------------------------------------------------------------------
+
+def probe_body(probe_id: str) -> str:
+    """The probe's body: not a slide message (the worker's contract rejects it), so nothing can process it as work."""
+    return json.dumps({"verify_probe": probe_id})
+
+
+def is_probe(message: dict, probe_id: str) -> bool:
+    """True when a received SQS message is this run's probe (by its message attribute, never by its body)."""
+    attr = (message.get("MessageAttributes") or {}).get(PROBE_ATTRIBUTE) or {}
+    return attr.get("StringValue") == probe_id
+
+
+def queue_is_idle(attributes: dict[str, str]) -> bool:
+    """No visible, in-flight or delayed message (so verify's receive cannot touch real work)."""
+    return all(int(attributes.get(k, "0") or 0) == 0 for k in (
+        "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"))
+
+
+def owned_jobs(jobs: list[dict], sj: dict) -> list[dict]:
+    """Jobs the ScaledJob created (ownerReference to it, or KEDA's `scaledjob.keda.sh/name` label)."""
+    uid = (sj.get("metadata") or {}).get("uid")
+    out = []
+    for j in jobs:
+        refs = (j.get("metadata") or {}).get("ownerReferences") or []
+        by_ref = any(r.get("kind") == "ScaledJob" and r.get("name") == name_of(sj)
+                     and (uid is None or r.get("uid") in (None, uid)) for r in refs)
+        by_label = ((j.get("metadata") or {}).get("labels") or {}).get("scaledjob.keda.sh/name") == name_of(sj)
+        if by_ref or by_label:
+            out.append(j)
+    return out
+
+
+def new_jobs(before_uids: set[str], jobs: list[dict], sj: dict) -> list[dict]:
+    """Jobs of the ScaledJob that were not there before the probe was sent (compared by uid, not by clock)."""
+    return [j for j in owned_jobs(jobs, sj) if (j.get("metadata") or {}).get("uid") not in before_uids]
+
+
+def job_started(pods: list[dict]) -> bool:
+    """True when any pod of a Job has a container that started (it may have received a message)."""
+    for p in pods:
+        for cs in (p.get("status") or {}).get("containerStatuses") or []:
+            state = cs.get("state") or {}
+            if "running" in state or "terminated" in state:
+                return True
+    return False
+
+
+def judge_probe(sj: dict, queue_url: str, appeared: list[dict], waited_s: float, window_s: float) -> tuple[bool, str]:
+    """(ok, evidence line): a Job owned by the ScaledJob appeared within the window after the probe was sent."""
+    who = f"ScaledJob {ns_name(sj)}"
+    if appeared:
+        return True, (f"{who}: Job {name_of(appeared[0])} appeared {int(waited_s)} s after a probe message on "
+                      f"{queue_url}")
+    return False, (f"{who}: created no Job within {int(window_s)} s (pollingInterval {polling_interval_s(sj)} s + "
+                   f"margin) of a probe message on {queue_url}")
+
+
+def _probe(ctx, sj: dict, trigger: dict) -> tuple[bool, str, list[str]]:
+    """Send one probe to the ScaledJob's queue, wait for its Job, and clean up; (ok, verdict line, evidence)."""
+    from .aws import AwsError
+
+    s = ctx.settings
+    url = trigger["queue_url"]
+    aws = ctx.aws(trigger.get("region"))
+    evidence: list[str] = []
+    probe_id = str(uuid.uuid4())
+    attrs = aws.queue_attributes(url, ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+                                       "ApproximateNumberOfMessagesDelayed", "FifoQueue"])
+    idle_before = queue_is_idle(attrs)
+    fifo = attrs.get("FifoQueue") == "true" or url.endswith(".fifo")
+    before = {(j.get("metadata") or {}).get("uid") for j in owned_jobs(ctx.kube.list_jobs(name_of_ns(sj)), sj)}
+    window = polling_interval_s(sj) + s.probe_extra_s
+    aws.send_message(url, probe_body(probe_id), {PROBE_ATTRIBUTE: probe_id},
+                     group_id=f"gpuburst-verify-{probe_id}" if fifo else None, dedup_id=probe_id if fifo else None)
+    evidence.append(f"probe {probe_id} sent to {url} (queue {'idle' if idle_before else 'busy: ' + str(attrs)})")
+    start = ctx.clock.monotonic()
+    appeared: list[dict] = []
+    try:
+        while True:
+            appeared = new_jobs(before, ctx.kube.list_jobs(name_of_ns(sj)), sj)
+            waited = ctx.clock.monotonic() - start
+            if appeared or waited >= window:
+                break
+            ctx.clock.sleep(min(s.poll_interval_s, max(0.0, window - waited)))
+        ok, verdict = judge_probe(sj, url, appeared, waited, window)
+        evidence.append(verdict)
+    finally:
+        try:
+            evidence += cleanup_probe(ctx, aws, url, probe_id, idle_before, sj, appeared)
+        except AwsError as e:
+            evidence.append(f"probe cleanup failed: {e}")
+    return ok, verdict, evidence
+
+
+def name_of_ns(sj: dict) -> str:
+    return (sj.get("metadata") or {}).get("namespace") or ""
+
+
+def cleanup_probe(ctx, aws, url: str, probe_id: str, idle_before: bool, sj: dict,
+                  appeared: list[dict]) -> list[str]:
+    """Remove the probe message and the Job it caused, without touching real work (see docs/verify.md).
+
+    The message: received and deleted only when the queue held nothing but the probe (no other visible message);
+    any other message received on the way is handed back at once (visibility 0). Otherwise it is left for the
+    worker, which acknowledges probes. The Job: deleted only when the queue was idle before the probe (so the Job
+    is the probe's) and none of its pods has started a container.
+    """
+    notes: list[str] = []
+    probe_gone = False
+    attrs = aws.queue_attributes(url, ["ApproximateNumberOfMessages"])
+    if int(attrs.get("ApproximateNumberOfMessages", "0") or 0) <= 1:
+        for _ in range(3):
+            msgs = aws.receive_messages(url, attribute_names=[PROBE_ATTRIBUTE], max_messages=10,
+                                        visibility_timeout_s=5, wait_s=1)
+            for m in msgs:
+                if is_probe(m, probe_id):
+                    aws.delete_message(url, m["ReceiptHandle"])
+                    probe_gone = True
+                else:
+                    aws.release_message(url, m["ReceiptHandle"])
+            if probe_gone or not msgs:
+                break
+        notes.append(f"probe {probe_id}: " + ("deleted by receipt handle" if probe_gone else
+                                              "not in the queue any more (taken by the worker, which deletes probes)"))
+    else:
+        notes.append(f"probe {probe_id}: left for the worker to acknowledge (the queue holds other visible "
+                     "messages; verify receives nothing next to real work)")
+    for job in appeared:
+        ns, jname = name_of_ns(job) or name_of_ns(sj), name_of(job)
+        pods = ctx.kube.list_pods(ns, label_selector=f"job-name={jname}")
+        if idle_before and probe_gone and not job_started(pods):
+            ctx.kube.delete_job(ns, jname)
+            notes.append(f"Job {ns}/{jname}: deleted (it was the probe's and had not started)")
+        else:
+            notes.append(f"Job {ns}/{jname}: left to finish (it may be serving real work); the ScaledJob's "
+                         "history limits and TTL remove it")
+    return notes
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The check
+# ----------------------------------------------------------------------------------------------------------------
+
+def judge_keda_static(operator: list[dict], ta_crd: dict | None, cta_crd: dict | None, tas: list[dict],
+                      ctas: list[dict], scaled_jobs: list[dict], events: list[dict], operator_log: str,
+                      now: datetime, window_s: float, namespace: str) -> tuple[str | None, list[str], list[str],
+                                                                                 dict[str, list[str]]]:
+    """Everything but the probe: (KEDA version, problems, evidence, problems per ScaledJob name)."""
+    problems: list[str] = []
+    evidence: list[str] = []
+    per_sj: dict[str, list[str]] = {}
+    version = None
+    if not operator:
+        problems.append(f"no keda-operator Deployment ({OPERATOR_SELECTOR}) in the cluster")
+    for dep in operator:
+        found = workload_versions(dep, "keda")
+        evidence.append(f"Deployment {ns_name(dep)}: " + (", ".join(f"{k}={v}" for k, v in found.items()) or
+                                                          "states no version"))
+        for v in found.values():
+            p = catalogue.keda_version_problem(v)
+            if p and p not in problems:
+                problems.append(p)
+        if found:
+            version = canonical(next(iter(found.values())))
+    judged_with = version or catalogue.KEDA_VERSION
+    if version is None:
+        evidence.append(f"KEDA version unknown: providers judged for the pinned KEDA {catalogue.KEDA_VERSION}")
+    if ta_crd is None:
+        problems.append(f"CRD {TA_CRD} is not installed")
+    for ta in tas:
+        ta.setdefault("kind", "TriggerAuthentication")
+        p, e = judge_trigger_authentication(ta, ta_crd, judged_with)
+        problems += p
+        evidence += e
+    for cta in ctas:
+        cta.setdefault("kind", "ClusterTriggerAuthentication")
+        p, e = judge_trigger_authentication(cta, cta_crd, judged_with)
+        problems += p
+        evidence += e
+    if not tas and not ctas:
+        evidence.append(f"no TriggerAuthentication in namespace {namespace} and no ClusterTriggerAuthentication")
+    if not scaled_jobs:
+        problems.append(f"no ScaledJob in namespace {namespace} (wrong --namespace?)")
+    auth_names = {name_of(t) for t in tas}
+    cluster_auth_names = {name_of(t) for t in ctas}
+    for sj in scaled_jobs:
+        warnings = recent_warnings(events, "ScaledJob", name_of(sj), now, window_s)
+        lines = operator_errors(operator_log, name_of_ns(sj), name_of(sj))
+        p, e = scaledjob_problems(sj, warnings, lines, auth_names, cluster_auth_names)
+        per_sj[name_of(sj)] = p
+        problems += p
+        evidence += e
+    return version, problems, evidence, per_sj
+
+
+def run(ctx) -> CheckResult:
+    """Read KEDA's operator, CRDs, TriggerAuthentications, ScaledJobs, events and log; judge; then probe each
+    healthy ScaledJob through its queue."""
+    s = ctx.settings
+    kube = ctx.kube
+    operator = kube.list_deployments(OPERATOR_SELECTOR)
+    ta_crd = kube.get_crd(TA_CRD)
+    cta_crd = kube.get_crd(CTA_CRD)
+    tas = kube.list_trigger_authentications(s.namespace) if ta_crd else []
+    ctas = kube.list_cluster_trigger_authentications() if cta_crd else []
+    sjs = kube.list_scaled_jobs(s.namespace)
+    events = kube.list_events(s.namespace, field_selector="involvedObject.kind=ScaledJob")
+    log = ""
+    for dep in operator:
+        ns = name_of_ns(dep)
+        for pod in kube.list_pods(ns, label_selector=OPERATOR_SELECTOR):
+            log += kube.read_pod_log(ns, name_of(pod), since_seconds=int(s.events_window_s), tail_lines=5000) + "\n"
+    version, problems, evidence, per_sj = judge_keda_static(operator, ta_crd, cta_crd, tas, ctas, sjs, events, log,
+                                                            ctx.clock.now(), s.events_window_s, s.namespace)
+    for sj in sjs:
+        triggers = [t for t in sqs_triggers(sj) if t["queue_url"]]
+        if per_sj.get(name_of(sj)):
+            evidence.append(f"ScaledJob {ns_name(sj)}: probe not sent (fix the problems above first)")
+            continue
+        if not triggers:
+            evidence.append(f"ScaledJob {ns_name(sj)}: no aws-sqs-queue trigger with a queue URL: not probed")
+            continue
+        for t in triggers:
+            ok, verdict, e = _probe(ctx, sj, t)
+            evidence += e
+            if not ok:
+                problems.append(verdict)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return CheckResult(NAME, FAIL, problems[0] + more, problems + evidence)
+    return CheckResult(NAME, PASS, f"KEDA {version or '?'}: {len(tas) + len(ctas)} TriggerAuthentication(s) valid, "
+                                   f"{len(sjs)} ScaledJob(s) Ready and each created a Job for a probe message",
+                       evidence)

@@ -1,0 +1,170 @@
+"""What a check reports (CheckResult), the settings a run is given, and the clock the waiting checks use."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+PASS = "pass"
+"""The check saw the live resource do what it must."""
+FAIL = "fail"
+"""The check saw the live resource not do what it must (or could not look): exit status 1."""
+SKIPPED = "skipped"
+"""Nothing to judge (scale-to-zero, `--skip`): never counts as a failure, always says why."""
+STATUSES = (PASS, FAIL, SKIPPED)
+
+
+@dataclass
+class CheckResult:
+    """The verdict of one check, with the evidence it saw (one line per fact, naming the resource)."""
+
+    name: str
+    """Check name as listed by `--help` (e.g. `gpu-allocatable`)."""
+    status: str
+    """One of `pass`, `fail`, `skipped`."""
+    summary: str
+    """One line: the verdict in words (for a failure, which resource and why)."""
+    evidence: list[str] = field(default_factory=list)
+    """What the check saw, one fact per line (resource name, the field it read, the value it found)."""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"CheckResult.status: {self.status!r} is not one of {', '.join(STATUSES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the `--json` output is a list of these)."""
+        return asdict(self)
+
+
+@dataclass
+class Workload:
+    """One queue the stack runs and the IAM role of the worker that consumes it."""
+
+    name: str
+    """Workload name (the stack output's key, e.g. `slides`), or `queue-1`, ... for queues given by flags."""
+    queue_url: str
+    """The work queue's URL."""
+    worker_role_arn: str | None = None
+    """The worker's IAM role (assumed by `worker-iam`); None = the ambient credentials when verify runs in a pod."""
+
+
+@dataclass
+class VerifySettings:
+    """Everything a run needs, from the stack's outputs and the command line (flags win)."""
+
+    kubeconfig: str | None = None
+    """Path of the kubeconfig; None = $KUBECONFIG, then ~/.kube/config, then the in-cluster service account."""
+    context: str | None = None
+    """kubeconfig context; None = its current-context."""
+    nodepool: str = "gpu"
+    """Name of the Karpenter GPU NodePool (nodes carry `karpenter.sh/nodepool=<name>`). Default `gpu`."""
+    namespace: str = "gpuburst"
+    """Namespace of the ScaledJobs, TriggerAuthentications and the verify Job. Default `gpuburst`."""
+    workloads: list[Workload] = field(default_factory=list)
+    """The queues to probe and the worker roles to test. Default none (keda and worker-iam then fail: nothing to
+    check)."""
+    results_bucket: str | None = None
+    """Bucket the workers write results to (worker-iam writes, reads and removes one object there)."""
+    results_prefix: str = "results/"
+    """Key prefix the workers may write under, ending in '/'. Default `results/`."""
+    worker_image: str | None = None
+    """Image of the gpu-job probe (the worker image: the NVIDIA runtime injects nvidia-smi into it)."""
+    region: str | None = None
+    """AWS region; None = from the queue URL, else the SDK's configuration (AWS_REGION)."""
+    grace_s: float = 300.0
+    """Seconds a GPU node may exist before `nvidia.com/gpu` must be allocatable (driver + device plugin start).
+    Default 300."""
+    timeout_s: float = 900.0
+    """Seconds the gpu-job may take end to end (node launch, image pull, nvidia-smi): its activeDeadlineSeconds.
+    Default 900."""
+    probe_extra_s: float = 60.0
+    """Seconds added to a ScaledJob's pollingInterval while waiting for the probe's Job. Default 60."""
+    events_window_s: float = 900.0
+    """How far back a Warning event or an operator log error counts as recent, seconds. Default 900."""
+    poll_interval_s: float = 5.0
+    """Seconds between two looks while a check waits. Default 5."""
+    connect_timeout_s: float = 5.0
+    """TCP connect timeout to the Kubernetes API, seconds (no retries). Default 5."""
+    request_timeout_s: float = 30.0
+    """Read timeout of one Kubernetes API call, seconds. Default 30."""
+    skip: tuple[str, ...] = ()
+    """Names of checks not to run (reported as skipped)."""
+
+
+class Clock(Protocol):
+    """Wall time and sleeping, injectable so tests of the waiting checks take no time."""
+
+    def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class RealClock:
+    """The system clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An API timestamp (`2026-11-02T10:00:00Z`, with or without fractions) as an aware datetime, or None."""
+    if not text:
+        return None
+    t = text.strip()
+    if t.endswith("Z"):
+        t = t[:-1] + "+00:00"
+    try:
+        return datetime.fromisoformat(t)
+    except ValueError:
+        return None
+
+
+def age_s(obj: dict, now: datetime) -> float | None:
+    """Seconds since the object's metadata.creationTimestamp, or None when it has none."""
+    created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+    return None if created is None else (now - created).total_seconds()
+
+
+def fmt_age(seconds: float | None) -> str:
+    """`42s`, `7m12s`, `3h05m`: a node's age the way kubectl shows it."""
+    if seconds is None:
+        return "unknown age"
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def name_of(obj: dict) -> str:
+    """metadata.name ('' when absent)."""
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+def ns_name(obj: dict) -> str:
+    """`namespace/name` of a namespaced object (just the name for a cluster-scoped one)."""
+    md = obj.get("metadata") or {}
+    return f"{md['namespace']}/{md.get('name', '')}" if md.get("namespace") else md.get("name", "")
+
+
+def labels_of(obj: dict) -> dict[str, str]:
+    """metadata.labels ({} when absent)."""
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def condition(obj: dict, type_: str) -> dict | None:
+    """The status condition of the given type, or None."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c
+    return None

@@ -1,0 +1,257 @@
+"""Rules on versions: chart versions, the Karpenter chart pair, KEDA scaling strategies and the Kubernetes version.
+
+Every fact here is read from `components.catalogue` (broken Karpenter releases, the KEDA minimum, the strategies
+KEDA 2.20.0-2.20.1 reject, the Kubernetes range each Karpenter/KEDA line supports, the pins); this module only finds
+the versions in the plan and asks the catalogue. Why each rule exists:
+
+- `chart-versions`: Karpenter 1.0.0-1.0.2 boot GPU nodes on the Neuron AMI (pods Pending forever while everything
+  reports Ready), 1.8.4 carries a do-not-upgrade notice, KEDA below the minimum lacks the provider and schema this
+  stack uses; an unpinned chart floats to whatever is newest on the next deploy.
+- `karpenter-chart-pair` (stack): `karpenter-crd` at another version than `karpenter` installs CRDs the controller
+  does not match.
+- `keda-scaling-strategy` (stack): KEDA 2.20.0-2.20.1 reject `scalingStrategy.strategy: default` on a ScaledJob;
+  judged against the KEDA chart in the same stack (the pin when the stack installs none).
+- `kubernetes-version-range` (stack): a control plane outside the range the stack's Karpenter or KEDA supports.
+Charts are recognised by the last path segment of `chart` (`oci://public.ecr.aws/karpenter/karpenter`,
+`kedacore/keda`, `keda`, `.../keda-2.20.2.tgz`) on `kubernetes:helm.sh/v4:Chart` and `kubernetes:helm.sh/v3:Release`.
+"""
+from __future__ import annotations
+
+import re
+from itertools import product
+from typing import Any, Iterable, NamedTuple, Optional
+
+from pulumi_policy import (EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy, StackValidationArgs,
+                           StackValidationPolicy)
+
+from components import catalogue
+
+from .resources import CLUSTER_TYPES, HELM_CHART_TYPES, SCALED_JOB, Found, dig, fmt, is_kind
+from .unknowns import UNKNOWN, guard, guard_stack, plain, unknown_message
+
+CHART_NAME = "chart-versions"
+PAIR_NAME = "karpenter-chart-pair"
+STRATEGY_NAME = "keda-scaling-strategy"
+KUBERNETES_NAME = "kubernetes-version-range"
+
+KARPENTER = catalogue.CHARTS["karpenter"].chart
+"""The controller chart."""
+KARPENTER_CRD = next(n for n in catalogue.KARPENTER_CHARTS if n != KARPENTER)
+"""The CRD chart: the other chart of `catalogue.KARPENTER_CHARTS`, which must be at the controller's version."""
+KEDA = catalogue.CHARTS["keda"].chart
+
+_ARCHIVE_VERSION = re.compile(r"^(?P<name>.+?)-(?P<version>v?\d+\.\d+\.\d+\S*)$")
+
+
+class ChartRef(NamedTuple):
+    """A chart found in the plan."""
+
+    name: Optional[str]
+    """The chart's name (last path segment of `chart`), None when `chart` is missing, UNKNOWN when unknown."""
+    version: Found
+    """`version` (or the version embedded in an archive name / OCI tag)."""
+
+
+def chart_name(chart: str) -> tuple[str, Optional[str]]:
+    """(name, embedded version or None) from a chart reference: `oci://r/karpenter/karpenter` -> karpenter;
+    `kedacore/keda` -> keda; `https://x/keda-2.20.2.tgz` -> (keda, 2.20.2); `oci://r/karpenter:1.14.1`."""
+    last = chart.strip().rstrip("/").rsplit("/", 1)[-1]
+    embedded = None
+    if last.endswith(".tgz"):
+        last = last[: -len(".tgz")]
+        m = _ARCHIVE_VERSION.match(last)
+        if m:
+            last, embedded = m.group("name"), m.group("version")
+    elif ":" in last:
+        last, embedded = last.split(":", 1)
+    return last.strip().lower(), embedded
+
+
+def chart_ref(props: Any) -> ChartRef:
+    """The chart name and version of a helm v3 Release / v4 Chart (plain props)."""
+    chart = dig(props, "chart")
+    version = dig(props, "version")
+    if chart.unknown:
+        return ChartRef(UNKNOWN, version)
+    if not isinstance(chart.value, str):
+        return ChartRef(None, version)
+    name, embedded = chart_name(chart.value)
+    if version.missing and embedded:
+        version = Found(embedded, f"{chart.path} (its embedded version)")
+    return ChartRef(name, version)
+
+
+def chart_problems(props: Any) -> list[str]:
+    """Why this chart's version must not be deployed (only charts the catalogue pins are judged)."""
+    ref = chart_ref(props)
+    if ref.name is UNKNOWN:
+        return [unknown_message("chart", "which chart this is (and so its version rules)")]
+    if ref.name not in catalogue.CHARTS:
+        return []
+    pin = catalogue.CHARTS[ref.name].version
+    if ref.version.unknown:
+        return [unknown_message(ref.version.path, f"the {ref.name} chart version")]
+    if not isinstance(ref.version.value, str) or not ref.version.value.strip():
+        got = "is missing" if ref.version.missing else f"is {fmt(ref.version.value)}"
+        return [f"{ref.version.path} of chart {ref.name!r} {got}: an unpinned chart floats to the newest release on "
+                f"the next deploy; pin version: {pin!r} (the catalogue's pin)"]
+    problem = catalogue.chart_version_problem(ref.name, ref.version.value)
+    if problem is None:
+        return []
+    return [f"{ref.version.path} of chart {ref.name!r} = {fmt(ref.version.value)}: {problem}; use {pin!r} (the "
+            "catalogue's pin)"]
+
+
+def _check_chart(args: ResourceValidationArgs) -> Iterable[str]:
+    if args.resource_type not in HELM_CHART_TYPES:
+        return []
+    return chart_problems(plain(args.props))
+
+
+Resources = list[tuple[str, str, Any]]
+"""[(type, urn, plain props)] of a stack."""
+
+
+def stack_charts(resources: Resources) -> dict[str, list[tuple[str, Found]]]:
+    """chart name -> [(urn, version)] for every helm chart in the stack whose name is known."""
+    out: dict[str, list[tuple[str, Found]]] = {}
+    for rtype, urn, props in resources:
+        if rtype in HELM_CHART_TYPES:
+            ref = chart_ref(props)
+            if isinstance(ref.name, str):
+                out.setdefault(ref.name, []).append((urn, ref.version))
+    return out
+
+
+def _same_version(a: str, b: str) -> bool:
+    try:
+        return catalogue.parse_version(a) == catalogue.parse_version(b)
+    except ValueError:
+        return a.strip() == b.strip()
+
+
+def pair_findings(resources: Resources) -> list[tuple[str, str]]:
+    """(urn, message) when karpenter-crd and karpenter are both in the stack at different versions."""
+    charts = stack_charts(resources)
+    crd_name = KARPENTER_CRD
+    out: list[tuple[str, str]] = []
+    for (crd_urn, crd), (ctl_urn, ctl) in product(charts.get(crd_name, []), charts.get(KARPENTER, [])):
+        for urn, v in ((crd_urn, crd), (ctl_urn, ctl)):
+            if v.unknown:
+                out.append((urn, unknown_message(v.path, f"whether {crd_name} and {KARPENTER} are at one version")))
+        if crd.unknown or ctl.unknown:
+            continue
+        if isinstance(crd.value, str) and isinstance(ctl.value, str) and _same_version(crd.value, ctl.value):
+            continue
+        out.append((crd_urn, f"{crd.path} of {crd_name} = {fmt(crd.value)} but {KARPENTER} is at {fmt(ctl.value)}: "
+                             f"the CRDs are coupled to the controller; install {crd_name} and {KARPENTER} at the same "
+                             f"version (the catalogue pins both at {catalogue.CHARTS[KARPENTER].version!r})"))
+    return out
+
+
+def _versions_in_stack(charts: dict[str, list[tuple[str, Found]]], name: str) -> tuple[list[str], list[Found]]:
+    """(parseable versions of chart `name` in the stack, or [the pin] when there are none; unknown versions)."""
+    known, unknown = [], []
+    for _urn, v in charts.get(name, []):
+        if v.unknown:
+            unknown.append(v)
+        elif isinstance(v.value, str):
+            try:
+                catalogue.parse_version(v.value)
+            except ValueError:
+                continue  # chart-versions reports it
+            known.append(v.value)
+    return (known or ([] if unknown else [catalogue.CHARTS[name].version])), unknown
+
+
+def strategy_findings(resources: Resources) -> list[tuple[str, str]]:
+    """(urn, message) for every ScaledJob whose scalingStrategy.strategy the stack's KEDA rejects."""
+    keda_versions, keda_unknown = _versions_in_stack(stack_charts(resources), KEDA)
+    out: list[tuple[str, str]] = []
+    for rtype, urn, props in resources:
+        if not is_kind(rtype, SCALED_JOB):
+            continue
+        strategy = dig(props, "spec", "scalingStrategy", "strategy")
+        if strategy.missing:
+            continue
+        if strategy.unknown:
+            out.append((urn, unknown_message(strategy.path, "whether KEDA accepts the scaling strategy")))
+            continue
+        if keda_unknown:
+            out.append((urn, unknown_message(keda_unknown[0].path + " (KEDA chart)",
+                                             f"whether KEDA accepts scalingStrategy {fmt(strategy.value)}")))
+        for version in keda_versions:
+            problem = catalogue.keda_scaling_strategy_problem(str(strategy.value), version)
+            if problem:
+                out.append((urn, f"{strategy.path} = {fmt(strategy.value)}: {problem}"))
+    return out
+
+
+def kubernetes_findings(resources: Resources) -> list[tuple[str, str]]:
+    """(urn, message) for every EKS cluster whose version is unpinned or outside the stack's Karpenter/KEDA range."""
+    charts = stack_charts(resources)
+    karpenters, k_unknown = _versions_in_stack(charts, KARPENTER)
+    kedas, e_unknown = _versions_in_stack(charts, KEDA)
+    karpenters = karpenters or [catalogue.CHARTS[KARPENTER].version]
+    kedas = kedas or [catalogue.CHARTS[KEDA].version]
+    out: list[tuple[str, str]] = []
+    for rtype, urn, props in resources:
+        if rtype not in CLUSTER_TYPES:
+            continue
+        version = dig(props, "version")
+        if version.unknown:
+            out.append((urn, unknown_message(version.path, "the Kubernetes version against Karpenter and KEDA")))
+            continue
+        if not isinstance(version.value, str) or not version.value.strip():
+            got = "is missing (EKS then picks its default)" if version.missing else f"is {fmt(version.value)}"
+            out.append((urn, f"{version.path} {got}: pin the control plane's Kubernetes version (the catalogue pins "
+                             f"{catalogue.KUBERNETES_VERSION!r})"))
+            continue
+        for v in k_unknown + e_unknown:
+            out.append((urn, unknown_message(v.path + " (chart)", "which Kubernetes versions the stack supports")))
+        seen: set[str] = set()
+        for karpenter, keda in product(karpenters, kedas):
+            for problem in catalogue.kubernetes_problems(version.value, karpenter, keda):
+                if problem not in seen:
+                    seen.add(problem)
+                    out.append((urn, f"{version.path} = {fmt(version.value)}: {problem}; use a version inside that "
+                                     f"range (the catalogue pins {catalogue.KUBERNETES_VERSION!r})"))
+    return out
+
+
+def _plain_resources(args: StackValidationArgs) -> Resources:
+    return [(r.resource_type, r.urn, plain(r.props)) for r in args.resources]
+
+
+CHART_POLICY = ResourceValidationPolicy(
+    name=CHART_NAME,
+    description="Karpenter, karpenter-crd and KEDA charts must be pinned to a version the catalogue accepts (no "
+                "Karpenter 1.0.0-1.0.2 or 1.8.4, no KEDA below the minimum).",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    validate=guard(_check_chart),
+)
+
+PAIR_POLICY = StackValidationPolicy(
+    name=PAIR_NAME,
+    description="The karpenter-crd chart must be at the same version as the karpenter chart.",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    validate=guard_stack(lambda args: pair_findings(_plain_resources(args))),
+)
+
+STRATEGY_POLICY = StackValidationPolicy(
+    name=STRATEGY_NAME,
+    description="A ScaledJob's scalingStrategy.strategy must be one the stack's KEDA accepts (KEDA 2.20.0-2.20.1 "
+                "reject 'default').",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    validate=guard_stack(lambda args: strategy_findings(_plain_resources(args))),
+)
+
+KUBERNETES_POLICY = StackValidationPolicy(
+    name=KUBERNETES_NAME,
+    description="The EKS cluster's Kubernetes version must be pinned and inside what the stack's Karpenter and KEDA "
+                "support.",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    validate=guard_stack(lambda args: kubernetes_findings(_plain_resources(args))),
+)
+
+POLICIES = [CHART_POLICY, PAIR_POLICY, STRATEGY_POLICY, KUBERNETES_POLICY]

@@ -1,0 +1,243 @@
+"""Rules on the workloads: KEDA SQS authentication, ScaledJob rollout and fit, and where GPU pods may land.
+
+- `keda-sqs-trigger-auth`: an `aws-sqs-queue` trigger (ScaledJob or ScaledObject) authenticates through
+  `authenticationRef`, never with AWS keys written into its metadata (they end up in plain text in etcd, in the
+  plan and in every `kubectl get -o yaml`).
+- `keda-scaledjob-rollout`: `spec.rollout.strategy: gradual`, so changing the ScaledJob does not delete Jobs that
+  are half-way through a slide (KEDA's default `immediate` does).
+- `keda-scaledjob-stateless`: a ScaledJob whose workload declares ordered or stateful processing (metadata
+  annotations `gpuburst.io/ordered: "true"` / `gpuburst.io/stateful: "true"`) runs every message in a fresh Job with
+  no order and no carried state: such work belongs in the persistent consumer (GpuConsumer Deployment).
+- `gpu-pod-placement`: a pod that requests `nvidia.com/gpu` (ScaledJob job template, Deployment, StatefulSet,
+  DaemonSet, ReplicaSet, Job, CronJob, Pod) tolerates the GPU nodes' `nvidia.com/gpu` NoSchedule taint (or it never
+  schedules) and does not pin one instance type through `nodeSelector` or required node affinity (or it waits
+  whenever that one type has no capacity).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
+
+from .gpu_nodepool import GPU_RESOURCE, GPU_TAINT_EFFECT
+from .resources import (POD_TEMPLATE_PATHS, SCALED_JOB, SCALED_OBJECT, SQS_TRIGGER_TYPE, as_number, dig,
+                        enumerate_at, fmt, is_kind, is_true_string, join_path, k8s_kind, triggers)
+from .selection import admitted_types, describe, parse_labels, parse_requirements
+from .unknowns import UNKNOWN, guard, plain, unknown_message
+
+AUTH_NAME = "keda-sqs-trigger-auth"
+ROLLOUT_NAME = "keda-scaledjob-rollout"
+STATELESS_NAME = "keda-scaledjob-stateless"
+PLACEMENT_NAME = "gpu-pod-placement"
+
+INLINE_CREDENTIAL_KEYS = ("awsAccessKeyID", "awsSecretAccessKey", "awsSessionToken",
+                          "awsAccessKeyIDFromEnv", "awsSecretAccessKeyFromEnv", "awsSessionTokenFromEnv")
+"""Trigger metadata keys that carry static AWS credentials (directly, or from the target container's env)."""
+ROLLOUT_STRATEGY = "gradual"
+"""The one accepted `spec.rollout.strategy` (a value of `catalogue.KEDA_ROLLOUT_STRATEGIES`; a test keeps it so)."""
+STATEFUL_ANNOTATIONS = ("gpuburst.io/ordered", "gpuburst.io/stateful")
+"""Annotations the components set on a ScaledJob/Deployment from the workload's declared facts."""
+USE_CONSUMER = "use the persistent consumer (GpuConsumer Deployment)"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# keda-sqs-trigger-auth
+# --------------------------------------------------------------------------------------------------------------------
+
+def auth_problems(props: Any) -> list[str]:
+    """Why the aws-sqs-queue triggers of this ScaledJob/ScaledObject (plain props) authenticate unsafely."""
+    found, unknown = triggers(props)
+    out = [unknown_message(p, "whether the trigger authenticates through authenticationRef") for p in unknown]
+    for path, trig in found:
+        if trig.get("type") != SQS_TRIGGER_TYPE:
+            continue
+        metadata = dig(trig, "metadata", base=path)
+        if metadata.unknown:
+            out.append(unknown_message(metadata.path, "whether the trigger carries AWS keys"))
+        elif isinstance(metadata.value, dict):
+            for key in INLINE_CREDENTIAL_KEYS:
+                if key in metadata.value:
+                    out.append(f"{join_path(metadata.path, key)} is set: static AWS credentials in trigger metadata "
+                               "are stored in plain text; remove them and authenticate through authenticationRef to a "
+                               "TriggerAuthentication with podIdentity.provider 'aws'")
+        ref = dig(trig, "authenticationRef", base=path)
+        name = dig(trig, "authenticationRef", "name", base=path)
+        if ref.unknown or name.unknown:
+            continue  # present; the name is computed
+        if not (isinstance(name.value, str) and name.value.strip()):
+            got = "is missing" if ref.missing else f"has no name ({fmt(ref.value)})"
+            out.append(f"{ref.path} {got}: an {SQS_TRIGGER_TYPE} trigger must name a TriggerAuthentication "
+                       "(podIdentity.provider 'aws') in authenticationRef.name")
+    return out
+
+
+def _check_auth(args: ResourceValidationArgs) -> Iterable[str]:
+    if not (is_kind(args.resource_type, SCALED_JOB) or is_kind(args.resource_type, SCALED_OBJECT)):
+        return []
+    return auth_problems(plain(args.props))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# keda-scaledjob-rollout and keda-scaledjob-stateless
+# --------------------------------------------------------------------------------------------------------------------
+
+def rollout_problems(props: Any) -> list[str]:
+    """Why this ScaledJob (plain props) would delete running Jobs on change; empty when it rolls out gradually."""
+    strategy = dig(props, "spec", "rollout", "strategy")
+    if strategy.unknown:
+        return [unknown_message(strategy.path, "how running Jobs are treated on change")]
+    if strategy.value == ROLLOUT_STRATEGY:
+        return []
+    legacy = dig(props, "spec", "rolloutStrategy")
+    if strategy.missing and not legacy.missing:
+        return [f"{legacy.path} = {fmt(legacy.value)} is deprecated: set spec.rollout.strategy: {ROLLOUT_STRATEGY!r} "
+                "instead"]
+    got = "is missing (KEDA then uses 'immediate')" if strategy.missing else f"= {fmt(strategy.value)}"
+    return [f"{strategy.path} {got}: changing the ScaledJob would delete Jobs in the middle of a slide; set "
+            f"spec.rollout.strategy: {ROLLOUT_STRATEGY!r}"]
+
+
+def stateless_problems(props: Any) -> list[str]:
+    """Why this ScaledJob (plain props) must be a consumer Deployment instead; empty for independent work."""
+    out = []
+    for key in STATEFUL_ANNOTATIONS:
+        found = dig(props, "metadata", "annotations", key)
+        if found.unknown:
+            out.append(unknown_message(found.path, "whether the workload is ordered or stateful"))
+        elif is_true_string(found.value) or found.value is True:
+            out.append(f"{found.path} = {fmt(found.value)}: a ScaledJob runs each message in a new Job, with no order "
+                       f"and no state carried between messages; {USE_CONSUMER}")
+    return out
+
+
+def _check_rollout(args: ResourceValidationArgs) -> Iterable[str]:
+    return rollout_problems(plain(args.props)) if is_kind(args.resource_type, SCALED_JOB) else []
+
+
+def _check_stateless(args: ResourceValidationArgs) -> Iterable[str]:
+    return stateless_problems(plain(args.props)) if is_kind(args.resource_type, SCALED_JOB) else []
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# gpu-pod-placement
+# --------------------------------------------------------------------------------------------------------------------
+
+def requests_gpu(pod: Any, path: str) -> tuple[Optional[bool], list[str]]:
+    """(True / False / None when unknown during preview, paths of the unknowns) for a plain pod spec."""
+    unknown: list[str] = []
+    if pod is UNKNOWN:
+        return None, [path]
+    for field in ("containers", "initContainers"):
+        containers = dig(pod, field, base=path)
+        if containers.unknown:
+            unknown.append(containers.path)
+            continue
+        for cpath, container in enumerate_at(containers):
+            if container is UNKNOWN:
+                unknown.append(cpath)
+                continue
+            for section in ("limits", "requests"):
+                found = dig(container, "resources", section, GPU_RESOURCE, base=cpath)
+                if found.unknown:
+                    unknown.append(found.path)
+                elif (as_number(found.value) or 0) > 0:
+                    return True, []
+    return (None if unknown else False), unknown
+
+
+def _tolerates(pod: Any, path: str) -> tuple[Optional[bool], str]:
+    tolerations = dig(pod, "tolerations", base=path)
+    if tolerations.unknown:
+        return None, tolerations.path
+    unknown_at = ""
+    for tpath, tol in enumerate_at(tolerations):
+        if tol is UNKNOWN or (isinstance(tol, dict) and UNKNOWN in (tol.get("key"), tol.get("operator"),
+                                                                     tol.get("effect"))):
+            unknown_at = unknown_at or tpath
+            continue
+        if not isinstance(tol, dict):
+            continue
+        key, operator, effect = tol.get("key") or "", tol.get("operator") or "Equal", tol.get("effect") or ""
+        key_ok = key == GPU_RESOURCE or (key == "" and operator == "Exists")
+        if key_ok and effect in ("", GPU_TAINT_EFFECT):
+            return True, ""
+    return (None, unknown_at) if unknown_at else (False, tolerations.path)
+
+
+def pinned_types(pod: Any, path: str) -> tuple[Optional[frozenset[str]], str, list[str]]:
+    """(the instance types the pod's required node selection admits when that is bounded, a description, unknowns)."""
+    selector = dig(pod, "nodeSelector", base=path)
+    base = parse_labels(selector.value, selector.path)
+    terms = dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                "nodeSelectorTerms", base=path)
+    term_items = list(enumerate_at(terms)) if not terms.unknown else []
+    parsed_terms = []
+    unknown = list(base.unknown_paths) + ([terms.path] if terms.unknown else [])
+    for tpath, term in term_items or [(selector.path, {})]:
+        exprs = dig(term, "matchExpressions", base=tpath) if term is not UNKNOWN else None
+        parsed = base.extend(parse_requirements(exprs.value, exprs.path)) if exprs else base
+        if term is UNKNOWN:
+            unknown.append(tpath)
+        unknown += [p for p in parsed.unknown_paths if p not in unknown]
+        parsed_terms.append(parsed)
+    admitted: set[str] = set()
+    for parsed in parsed_terms:
+        types = admitted_types(parsed.requirements)
+        if types is None:
+            return None, "", unknown
+        admitted |= types
+    return frozenset(admitted), " OR ".join(describe(p.requirements) for p in parsed_terms), unknown
+
+
+def placement_problems(pod: Any, path: str) -> list[str]:
+    """Why a plain pod spec at `path` that requests GPUs cannot (or must not) land on GPU nodes."""
+    gpu, unknown_gpu = requests_gpu(pod, path)
+    if gpu is False:
+        return []
+    problems: list[str] = []
+    tolerates, where = _tolerates(pod, path)
+    if tolerates is None:
+        problems.append(unknown_message(where, f"whether the pod tolerates the {GPU_RESOURCE} taint"))
+    elif not tolerates:
+        problems.append(f"{where} has no toleration for the {GPU_RESOURCE}:{GPU_TAINT_EFFECT} taint GPU nodes carry, "
+                        f"so the pod never schedules on one; add {{key: {GPU_RESOURCE}, operator: Exists, effect: "
+                        f"{GPU_TAINT_EFFECT}}}")
+    types, described, unknown_sel = pinned_types(pod, path)
+    if types is not None and len(types) <= 1:
+        what = f"only {next(iter(types))!r}" if types else "no instance type at all"
+        problems.append(f"{path}: nodeSelector / required nodeAffinity admit {what} ({described}): a GPU pod pinned "
+                        "to one instance type waits whenever that type has no capacity; select on "
+                        f"nvidia.com/gpu.present: \"true\" and let the NodePool choose among several types")
+    elif unknown_sel:
+        problems += [unknown_message(p, "whether the pod pins one instance type") for p in unknown_sel]
+    if gpu is None and problems:
+        # Whether the pod asks for a GPU is itself unknown: say that first, the rest only matters if it does.
+        return [unknown_message(unknown_gpu[0], f"whether the pod requests {GPU_RESOURCE}")] + problems
+    return problems
+
+
+def _check_placement(args: ResourceValidationArgs) -> Iterable[str]:
+    kind = k8s_kind(args.resource_type)
+    if kind not in POD_TEMPLATE_PATHS:
+        return []
+    props = plain(args.props)
+    pod = dig(props, *POD_TEMPLATE_PATHS[kind])
+    if pod.missing:
+        return []
+    return placement_problems(pod.value, pod.path)
+
+
+def _policy(name: str, description: str, check) -> ResourceValidationPolicy:
+    return ResourceValidationPolicy(name=name, description=description,
+                                    enforcement_level=EnforcementLevel.MANDATORY, validate=guard(check))
+
+
+AUTH_POLICY = _policy(AUTH_NAME, "An aws-sqs-queue KEDA trigger must authenticate through authenticationRef, with no "
+                                 "AWS keys in its metadata.", _check_auth)
+ROLLOUT_POLICY = _policy(ROLLOUT_NAME, "A KEDA ScaledJob must set spec.rollout.strategy: gradual.", _check_rollout)
+STATELESS_POLICY = _policy(STATELESS_NAME, "A ScaledJob must not run ordered or stateful work; "
+                                           + USE_CONSUMER + ".", _check_stateless)
+PLACEMENT_POLICY = _policy(PLACEMENT_NAME, f"A pod requesting {GPU_RESOURCE} must tolerate the {GPU_RESOURCE} "
+                                           "taint and must not pin a single instance type.", _check_placement)
+
+POLICIES = [AUTH_POLICY, ROLLOUT_POLICY, STATELESS_POLICY, PLACEMENT_POLICY]

@@ -1,0 +1,129 @@
+"""Tests of GpuConsumer under mocks: one replica, Recreate, visibility env, grace, hardened pod, least privilege,
+and the built-in kinds against the Kubernetes schema (strict)."""
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+import pulumi_aws as aws
+import pytest
+
+from components.catalogue import KUBERNETES_VERSION
+from components.consumer import GpuConsumer, GpuConsumerArgs, consumer_deployment_manifest, disruption_budget_manifest
+from components.mocks import run_under_mocks
+from components.pod import WorkerPodSettings
+from components.policy_documents import allow_wildcard_actions
+from components.validation import ConfigError
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "ef" * 32
+QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/gpuburst-dev-studies.fifo"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+
+
+def run(*, disruption_budget=False, **pod_kw):
+    pod_kw.setdefault("visibility_timeout_s", 900)
+
+    def program():
+        queue = aws.sqs.Queue("studies-queue", name="gpuburst-dev-studies.fifo", fifo_queue=True,
+                              visibility_timeout_seconds=pod_kw["visibility_timeout_s"])
+        GpuConsumer("studies", GpuConsumerArgs(
+            cluster_name="gpuburst-dev", namespace="gpuburst", queue_url=queue.url, queue_arn=queue.arn,
+            bucket_arn="arn:aws:s3:::gpuburst-dev-results", slides_bucket_arn="arn:aws:s3:::gpuburst-dev-slides",
+            pod=WorkerPodSettings(image=IMAGE, **pod_kw),
+            disruption_budget=disruption_budget))
+    return run_under_mocks(program)
+
+
+@pytest.fixture(scope="module")
+def res():
+    return run()
+
+
+@pytest.fixture(scope="module")
+def dep(res) -> dict:
+    (d,) = res.monitor.by_type(DEPLOYMENT)
+    return {"apiVersion": "apps/v1", "kind": "Deployment", **d.properties}
+
+
+def test_one_replica_recreate(dep):
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["selector"]["matchLabels"] == dep["spec"]["template"]["metadata"]["labels"]
+
+
+def test_visibility_env_and_grace(dep):
+    spec = dep["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["VISIBILITY_TIMEOUT"] == "900"
+    assert env["VISIBILITY_EXTENSION_INTERVAL"] == "300"
+    assert int(env["VISIBILITY_EXTENSION_INTERVAL"]) < int(env["VISIBILITY_TIMEOUT"])
+    assert spec["terminationGracePeriodSeconds"] >= int(env["GRACE_PERIOD"]) + 10
+    assert c["command"] == ["python", "-m", "worker", "consume", "--mode", "service", "--queue-url", QUEUE_URL]
+
+
+def test_hardened_pod(dep):
+    t = dep["spec"]["template"]
+    assert t["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
+    spec = t["spec"]
+    assert spec["restartPolicy"] == "Always" and spec["automountServiceAccountToken"] is False
+    assert spec["serviceAccountName"] == "studies-worker"
+    (c,) = spec["containers"]
+    assert c["image"] == IMAGE and c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+def test_identity_least_privilege(res):
+    (pol,) = res.monitor.by_type("aws:iam/rolePolicy:RolePolicy")
+    doc = json.loads(pol.properties["policy"])
+    assert allow_wildcard_actions(doc["Statement"]) == []
+    assert all("*" not in a for st in doc["Statement"] for a in st["Action"])
+    puts = {r for st in doc["Statement"] if "s3:PutObject" in st["Action"] for r in st["Resource"]}
+    assert puts == {"arn:aws:s3:::gpuburst-dev-results/results/*"}
+    gets = {r for st in doc["Statement"] if st["Action"] == ["s3:GetObject"] for r in st["Resource"]}
+    assert "arn:aws:s3:::gpuburst-dev-slides/slides/*" in gets
+    (assoc,) = res.monitor.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert (assoc.properties["namespace"], assoc.properties["serviceAccount"]) == ("gpuburst", "studies-worker")
+    (d,) = res.monitor.by_type(DEPLOYMENT)
+    assert assoc.urn in d.dependencies
+
+
+def test_built_in_kinds_validate_strictly(res, dep):
+    kubernetes_validate.validate(dep, KUBERNETES_VERSION, strict=True)
+    (sa,) = res.monitor.by_type("kubernetes:core/v1:ServiceAccount")
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "ServiceAccount", **sa.properties}, KUBERNETES_VERSION,
+                                 strict=True)
+    assert sa.properties["automountServiceAccountToken"] is False
+    kubernetes_validate.validate(disruption_budget_manifest("studies", "gpuburst"), KUBERNETES_VERSION, strict=True)
+
+
+def test_network_policy_selects_the_consumer_pods(res, dep):
+    (np_,) = res.monitor.by_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    assert np_.properties["spec"]["podSelector"]["matchLabels"] == dep["spec"]["template"]["metadata"]["labels"]
+    assert np_.properties["metadata"]["namespace"] == "gpuburst"
+
+
+def test_no_disruption_budget_by_default_and_optional(res):
+    assert not res.monitor.by_type("kubernetes:policy/v1:PodDisruptionBudget")
+    (pdb,) = run(disruption_budget=True).monitor.by_type("kubernetes:policy/v1:PodDisruptionBudget")
+    assert pdb.properties["spec"]["maxUnavailable"] == 0
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"grace_period_s": 300, "termination_grace_period_s": 300}, "termination_grace_period_s"),
+    ({"visibility_timeout_s": 120, "visibility_extension_interval_s": 200}, "visibility_extension_interval_s"),
+])
+def test_grace_and_visibility_refused(kw, field):
+    with pytest.raises(ConfigError) as e:
+        run(**kw)
+    assert str(e.value).startswith(f"WorkerPodSettings.{field}: ")
+
+
+def test_pure_builder():
+    m = consumer_deployment_manifest(name="c", namespace="gpuburst", queue_url=QUEUE_URL, service_account_name="c-w",
+                                     pod=WorkerPodSettings(image=IMAGE))
+    kubernetes_validate.validate(m, KUBERNETES_VERSION, strict=True)
+    with pytest.raises(ConfigError, match="WorkerPodSettings.image"):
+        consumer_deployment_manifest(name="c", namespace="gpuburst", queue_url=QUEUE_URL, service_account_name="c-w",
+                                     pod=WorkerPodSettings(image="worker:1.0"))

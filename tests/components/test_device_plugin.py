@@ -1,0 +1,44 @@
+"""NVIDIA device plugin: chart pinned from the catalogue, only on GPU nodes, tolerating their taint, node-critical."""
+from __future__ import annotations
+
+from components.catalogue import CHARTS
+from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, device_plugin_values
+from components.mocks import run_under_mocks
+from components.validation import ConfigError
+
+import pytest
+
+PIN = CHARTS["nvidia-device-plugin"]
+
+
+def test_values_select_gpu_nodes_tolerate_the_taint_and_are_node_critical():
+    v = device_plugin_values()
+    assert v["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    [term] = v["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in v["tolerations"]
+    assert v["priorityClassName"] == "system-node-critical"
+
+
+def test_chart_under_mocks_is_pinned_from_the_catalogue():
+    res = run_under_mocks(lambda: NvidiaDevicePlugin("nvdp"))
+    [component] = res.monitor.by_type("gpuburst:index:NvidiaDevicePlugin")
+    [chart] = res.monitor.by_type("kubernetes:helm.sh/v4:Chart")
+    [ns] = res.monitor.by_type("kubernetes:core/v1:Namespace")
+    assert chart.parent == component.urn and ns.parent == component.urn
+    assert chart.properties["chart"] == PIN.chart
+    assert chart.properties["version"] == PIN.version
+    assert chart.properties["repositoryOpts"] == {"repo": PIN.repository}
+    assert chart.properties["namespace"] == PIN.namespace == ns.properties["metadata"]["name"]
+    assert ns.urn in chart.dependencies
+    assert chart.properties["values"] == device_plugin_values()
+
+
+def test_existing_namespace_and_bad_version():
+    res = run_under_mocks(lambda: NvidiaDevicePlugin("nvdp", NvidiaDevicePluginArgs(create_namespace=False,
+                                                                                   namespace="kube-system")))
+    assert res.monitor.by_type("kubernetes:core/v1:Namespace") == []
+    assert res.monitor.by_type("kubernetes:helm.sh/v4:Chart")[0].properties["namespace"] == "kube-system"
+    with pytest.raises(ConfigError) as e:
+        NvidiaDevicePlugin("nvdp", NvidiaDevicePluginArgs(version=""))
+    assert e.value.field == "nvidia_device_plugin.version"

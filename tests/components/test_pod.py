@@ -1,0 +1,195 @@
+"""Tests of the hardened worker pod: security context, GPU placement, scratch volumes, image digest (plain and
+Output), environment, and the worker's least-privilege policy."""
+from __future__ import annotations
+
+import kubernetes_validate
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+
+from components.catalogue import KUBERNETES_VERSION
+from components.mocks import run_under_mocks
+from components.policy_documents import allow_wildcard_actions
+from components.pod import (WorkerPodSettings, hardened_pod_spec, hardened_pod_template, image_digest_problem,
+                            worker_network_policy,
+                            worker_policy)
+from components.validation import ConfigError
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "ab" * 32
+QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/slides"
+QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:slides"
+BUCKET_ARN = "arn:aws:s3:::gpuburst-dev-data"
+
+
+def spec(**kw) -> dict:
+    settings = WorkerPodSettings(image=kw.pop("image", IMAGE), **kw)
+    return hardened_pod_spec(settings, command=["python", "-m", "worker", "consume"], queue_url=QUEUE_URL,
+                             service_account_name="slides-worker", restart_policy="Never")
+
+
+def env_of(pod_spec: dict) -> dict:
+    return {e["name"]: e["value"] for e in pod_spec["containers"][0]["env"]}
+
+
+def test_security_context_for_clinical_data():
+    s = spec()
+    pod_sc = s["securityContext"]
+    assert pod_sc == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+                      "seccompProfile": {"type": "RuntimeDefault"}}
+    (c,) = s["containers"]
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 10001 and sc["runAsGroup"] == 10001
+    assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert s["automountServiceAccountToken"] is False
+    assert not (s["hostNetwork"] or s["hostPID"] or s["hostIPC"])
+
+
+def test_scratch_and_tmp_are_size_limited_empty_dirs():
+    s = spec(scratch_gib=80, tmp_gib=4)
+    assert s["volumes"] == [{"name": "scratch", "emptyDir": {"sizeLimit": "80Gi"}},
+                            {"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}]
+    mounts = {m["mountPath"]: m["name"] for m in s["containers"][0]["volumeMounts"]}
+    assert mounts == {"/scratch": "scratch", "/tmp": "tmp"}
+    env = env_of(s)
+    assert env["SCRATCH_DIR"] == "/scratch" and env["TMPDIR"] == "/tmp" and env["HOME"] == "/tmp"
+    res = s["containers"][0]["resources"]
+    assert res["requests"]["ephemeral-storage"] == res["limits"]["ephemeral-storage"] == "84Gi"
+
+
+def test_resources_gpu_and_placement():
+    s = spec(cpu_cores=3.5, memory_gib=30, gpus=2)
+    res = s["containers"][0]["resources"]
+    assert res["requests"]["cpu"] == res["limits"]["cpu"] == "3500m"
+    assert res["requests"]["memory"] == res["limits"]["memory"] == "30Gi"
+    assert res["limits"]["nvidia.com/gpu"] == "2"
+    assert s["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert s["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert "node.kubernetes.io/instance-type" not in s["nodeSelector"]
+
+
+def test_no_probes_pull_policy_and_command():
+    c = spec()["containers"][0]
+    assert "livenessProbe" not in c and "readinessProbe" not in c and "startupProbe" not in c
+    assert c["imagePullPolicy"] == "IfNotPresent"
+    assert c["command"] == ["python", "-m", "worker", "consume"]
+    assert c["image"] == IMAGE
+
+
+def test_environment_from_settings():
+    env = env_of(spec(visibility_timeout_s=900, grace_period_s=60, termination_grace_period_s=90, region="eu-west-1",
+                      env={"MODEL_PATH": "/models/m.pt"}))
+    assert env["QUEUE_URL"] == QUEUE_URL
+    assert env["VISIBILITY_TIMEOUT"] == "900" and env["VISIBILITY_EXTENSION_INTERVAL"] == "300"
+    assert env["GRACE_PERIOD"] == "60" and env["AWS_REGION"] == "eu-west-1" and env["DEVICE"] == "cuda"
+    assert env["MODEL_PATH"] == "/models/m.pt"
+    assert spec(grace_period_s=60, termination_grace_period_s=90)["terminationGracePeriodSeconds"] == 90
+
+
+@pytest.mark.parametrize("image", [
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker:latest",
+    "gpuburst-worker",
+    "repo@sha256:short",
+    "repo@sha256:" + "G" * 64,
+])
+def test_image_without_digest_refused(image):
+    assert image_digest_problem(image)
+    with pytest.raises(ConfigError) as e:
+        spec(image=image)
+    assert str(e.value).startswith(f"WorkerPodSettings.image: {image!r} is not valid: an image reference pinned by "
+                                   "digest")
+
+
+def test_image_output_is_checked_when_it_resolves():
+    def program(image_ref: str):
+        def build():
+            image = pulumi.Output.from_input(image_ref).apply(lambda s: s)  # an Output, as from the image build
+            settings = WorkerPodSettings(image=image)
+            template = hardened_pod_template(settings, command=["true"], queue_url=QUEUE_URL,
+                                             service_account_name="w", restart_policy="Never", labels={"a": "b"})
+            k8s.core.v1.Pod("p", metadata={"name": "p", **template["metadata"]}, spec=template["spec"])
+        return build
+
+    res = run_under_mocks(program(IMAGE))
+    (pod,) = res.monitor.by_type("kubernetes:core/v1:Pod")
+    assert pod.properties["spec"]["containers"][0]["image"] == IMAGE
+    # Raised inside the apply: the engine may wrap it (a typed resource wraps it in a ValueError naming the
+    # resource), but the one-line reason is there and the deployment stops.
+    with pytest.raises(ValueError, match="WorkerPodSettings.image: 'repo/worker:v1' is not valid"):
+        run_under_mocks(program("repo/worker:v1"))
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"grace_period_s": 120, "termination_grace_period_s": 125}, "termination_grace_period_s"),
+    ({"visibility_timeout_s": 60, "visibility_extension_interval_s": 60}, "visibility_extension_interval_s"),
+    ({"gpus": 0}, "gpus"),
+    ({"memory_gib": 0}, "memory_gib"),
+    ({"region": "mars"}, "region"),
+    ({"env": {"QUEUE_URL": "x"}}, "env['QUEUE_URL']"),
+    ({"env": {"BAD-NAME": "x"}}, "env['BAD-NAME']"),
+])
+def test_bad_settings_are_one_line_errors(kw, field):
+    with pytest.raises(ConfigError) as e:
+        spec(**kw)
+    assert str(e.value).startswith(f"WorkerPodSettings.{field}: ")
+    assert "\n" not in str(e.value)
+
+
+def test_template_has_do_not_disrupt_and_validates_as_a_pod_strictly():
+    t = hardened_pod_template(WorkerPodSettings(image=IMAGE), command=["python", "-m", "worker"], queue_url=QUEUE_URL,
+                              service_account_name="w", restart_policy="Never", labels={"app": "x"})
+    assert t["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "gpuburst", **t["metadata"]},
+           "spec": t["spec"]}
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def test_worker_policy_is_least_privilege():
+    doc = worker_policy(QUEUE_ARN, BUCKET_ARN, "slides/", "results/")
+    assert allow_wildcard_actions(doc["Statement"]) == []
+    actions = {a for st in doc["Statement"] for a in st["Action"]}
+    assert "sqs:ReceiveMessage" in actions and "sqs:DeleteMessage" in actions
+    assert "s3:GetObject" in actions and "s3:PutObject" in actions
+    assert not any(a.startswith(("s3:Delete", "sqs:Send", "sqs:Purge")) for a in actions)
+    puts = [st for st in doc["Statement"] if "s3:PutObject" in st["Action"]]
+    assert puts and all(r == f"{BUCKET_ARN}/results/*" for st in puts for r in st["Resource"])
+    gets = [st for st in doc["Statement"] if "s3:GetObject" in st["Action"]]
+    assert {r for st in gets for r in st["Resource"]} == {f"{BUCKET_ARN}/slides/*", f"{BUCKET_ARN}/results/*"}
+    assert all(st["Resource"] == QUEUE_ARN for st in doc["Statement"] if st["Action"][0].startswith("sqs:"))
+
+
+@pytest.mark.parametrize("slides,results", [("slides/", "slides/"), ("slides/", "slides/results/"),
+                                            ("studies/a/", "studies/"), ("slides/", "results/")])
+def test_worker_policy_refuses_results_overlapping_slides(slides, results):
+    if results.startswith(slides) or slides.startswith(results):
+        with pytest.raises(ConfigError, match="results_prefix"):
+            worker_policy(QUEUE_ARN, BUCKET_ARN, slides, results)
+    else:
+        worker_policy(QUEUE_ARN, BUCKET_ARN, slides, results)
+
+
+def test_worker_network_policy_denies_ingress_and_limits_egress():
+    labels = {"app.kubernetes.io/name": "gpuburst-worker", "app.kubernetes.io/instance": "slides"}
+    np_ = worker_network_policy("slides", "gpuburst", labels)
+    kubernetes_validate.validate(np_, KUBERNETES_VERSION, strict=True)
+    spec = np_["spec"]
+    assert spec["podSelector"] == {"matchLabels": labels}
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+    ports = sorted((p["protocol"], p["port"]) for rule in spec["egress"] for p in rule["ports"])
+    assert ports == [("TCP", 53), ("TCP", 80), ("TCP", 443), ("UDP", 53)]
+    (agent,) = [r for r in spec["egress"] if r["ports"] == [{"protocol": "TCP", "port": 80}]]
+    assert {"ipBlock": {"cidr": "169.254.170.23/32"}} in agent["to"]  # Pod Identity credentials
+
+
+def test_worker_policy_with_a_separate_slides_bucket():
+    slides_bucket = "arn:aws:s3:::gpuburst-dev-slides"
+    doc = worker_policy(QUEUE_ARN, BUCKET_ARN, "slides/", "results/", slides_bucket_arn=slides_bucket)
+    assert allow_wildcard_actions(doc["Statement"]) == []
+    gets = {r for st in doc["Statement"] if st["Action"] == ["s3:GetObject"] for r in st["Resource"]}
+    assert gets == {f"{slides_bucket}/slides/*", f"{BUCKET_ARN}/results/*"}
+    puts = {r for st in doc["Statement"] if "s3:PutObject" in st["Action"] for r in st["Resource"]}
+    assert puts == {f"{BUCKET_ARN}/results/*"}  # never the slides bucket
+    # Overlapping prefixes are fine in different buckets.
+    worker_policy(QUEUE_ARN, BUCKET_ARN, "data/", "data/", slides_bucket_arn=slides_bucket)

@@ -1,0 +1,162 @@
+"""Tests for the version rules. Every version used here is derived from `components.catalogue`, never restated."""
+from __future__ import annotations
+
+import pytest
+
+from components import catalogue
+from policies import versions as rule
+
+PIN = catalogue.CHARTS["karpenter"].version
+KEDA_PIN = catalogue.CHARTS["keda"].version
+BROKEN = sorted(catalogue.KARPENTER_BROKEN_RELEASES)
+_kmaj, _kmin, _ = catalogue.parse_version(catalogue.KEDA_MINIMUM)
+KEDA_TOO_OLD = f"{_kmaj}.{_kmin - 1}.0"
+REJECTING_KEDA, _last, REJECTED_STRATEGY, _why = catalogue.KEDA_REJECTED_SCALING_STRATEGIES[0]
+_lo, _hi = catalogue.karpenter_kubernetes_range(PIN)
+K8S_TOO_NEW = f"{catalogue.minor(_hi)[0]}.{catalogue.minor(_hi)[1] + 1}"
+K8S_TOO_OLD = f"{catalogue.minor(_lo)[0]}.{catalogue.minor(_lo)[1] - 1}"
+
+
+def chart_check(run_rule, samples, props, rtype=None) -> list[str]:
+    return run_rule(rule.CHART_POLICY, rtype or samples.T_CHART, props)
+
+
+@pytest.mark.parametrize("chart", sorted(catalogue.CHARTS))
+def test_pinned_charts_pass(run_rule, samples, chart):
+    assert chart_check(run_rule, samples, samples.chart(chart)) == []
+
+
+@pytest.mark.parametrize("version", BROKEN)
+@pytest.mark.parametrize("chart", catalogue.KARPENTER_CHARTS)
+def test_broken_karpenter_releases_fail(run_rule, samples, chart, version):
+    messages = chart_check(run_rule, samples, samples.chart(chart, version))
+    assert len(messages) == 1
+    assert f"version of chart '{chart}' = '{version}'" in messages[0] and f"use '{PIN}'" in messages[0]
+
+
+def test_keda_below_minimum_and_unparseable_and_unpinned_fail(run_rule, samples):
+    assert f"older than the minimum {catalogue.KEDA_MINIMUM}" in \
+        chart_check(run_rule, samples, samples.chart("keda", KEDA_TOO_OLD))[0]
+    assert "not a version" in chart_check(run_rule, samples, samples.chart("karpenter", "^1.0"))[0]
+    unpinned = samples.chart("karpenter")
+    del unpinned["version"]
+    messages = chart_check(run_rule, samples, unpinned)
+    assert len(messages) == 1 and "version of chart 'karpenter' is missing" in messages[0]
+
+
+@pytest.mark.parametrize("chart_string,version_prop,expected", [
+    ("oci://public.ecr.aws/karpenter/karpenter", BROKEN[0], "karpenter"),
+    ("oci://public.ecr.aws/karpenter/karpenter/", BROKEN[0], "karpenter"),
+    ("oci://public.ecr.aws/karpenter/karpenter-crd", BROKEN[0], "karpenter-crd"),
+    ("karpenter", BROKEN[0], "karpenter"),
+    ("Karpenter", BROKEN[0], "karpenter"),
+    ("somerepo/karpenter", BROKEN[0], "karpenter"),
+    (f"https://charts.example/karpenter-{BROKEN[0]}.tgz", None, "karpenter"),
+    (f"oci://public.ecr.aws/karpenter/karpenter:{BROKEN[0]}", None, "karpenter"),
+])
+def test_chart_names_are_recognised_from_the_last_segment(run_rule, samples, chart_string, version_prop, expected):
+    props = {"chart": chart_string}
+    if version_prop:
+        props["version"] = version_prop
+    for rtype in (samples.T_CHART, samples.T_RELEASE):
+        messages = chart_check(run_rule, samples, props, rtype)
+        assert len(messages) == 1, (chart_string, messages)
+        assert f"of chart '{expected}' = '{BROKEN[0]}'" in messages[0], messages
+
+
+def test_unrelated_charts_and_types_are_ignored(run_rule, samples):
+    assert chart_check(run_rule, samples, {"chart": "ingress-nginx", "version": BROKEN[0]}) == []
+    assert chart_check(run_rule, samples, {"chart": "karpenter-extras", "version": BROKEN[0]}) == []
+    assert run_rule(rule.CHART_POLICY, samples.T_QUEUE, samples.chart("karpenter", BROKEN[0])) == []
+
+
+def test_chart_missing_properties_and_unknowns(run_rule, samples):
+    assert chart_check(run_rule, samples, {}) == []  # no chart name: nothing to judge
+    unknown_version = samples.chart("keda")
+    unknown_version["version"] = samples.U
+    assert "version is unknown during preview" in chart_check(run_rule, samples, unknown_version)[0]
+    assert "chart is unknown" in chart_check(run_rule, samples, {"chart": samples.U, "version": PIN})[0]
+
+
+def crd_and_controller(samples, crd_version, controller_version):
+    return [(samples.T_CHART, "karpenter-crd", samples.chart("karpenter-crd", crd_version)),
+            (samples.T_CHART, "karpenter", samples.chart("karpenter", controller_version))]
+
+
+def test_karpenter_pair(run_stack, samples):
+    assert run_stack(rule.PAIR_POLICY, crd_and_controller(samples, PIN, PIN)) == []
+    assert run_stack(rule.PAIR_POLICY, crd_and_controller(samples, "v" + PIN, PIN)) == []  # same version, spelt so
+    found = run_stack(rule.PAIR_POLICY, crd_and_controller(samples, catalogue.KARPENTER_MINIMUM, PIN))
+    assert len(found) == 1
+    urn, message = found[0]
+    assert urn.endswith("::karpenter-crd")
+    assert f"karpenter-crd = '{catalogue.KARPENTER_MINIMUM}' but karpenter is at '{PIN}'" in message
+    # Needs both: one chart alone is not judged by this rule.
+    assert run_stack(rule.PAIR_POLICY, crd_and_controller(samples, PIN, PIN)[:1]) == []
+    unknown = run_stack(rule.PAIR_POLICY, crd_and_controller(samples, samples.U, PIN))
+    assert len(unknown) == 1 and "unknown during preview" in unknown[0][1]
+
+
+def sj_with_strategy(samples, strategy):
+    sj = samples.scaled_job()
+    sj["spec"]["scalingStrategy"] = {"strategy": strategy}
+    return sj
+
+
+def test_scaling_strategy_judged_against_the_stacks_keda(run_stack, samples):
+    bad_keda = [(samples.T_CHART, samples.chart("keda", REJECTING_KEDA)),
+                (samples.T_SCALEDJOB, "slides", sj_with_strategy(samples, REJECTED_STRATEGY))]
+    found = run_stack(rule.STRATEGY_POLICY, bad_keda)
+    assert len(found) == 1 and found[0][0].endswith("::slides")
+    assert f"spec.scalingStrategy.strategy = '{REJECTED_STRATEGY}'" in found[0][1]
+    assert REJECTING_KEDA in found[0][1]
+    pinned = [(samples.T_CHART, samples.chart("keda")), bad_keda[1]]
+    assert run_stack(rule.STRATEGY_POLICY, pinned) == []
+    no_chart = [bad_keda[1]]  # no KEDA chart in the stack: judged against the pin
+    assert run_stack(rule.STRATEGY_POLICY, no_chart) == []
+    typo = run_stack(rule.STRATEGY_POLICY, [(samples.T_SCALEDJOB, sj_with_strategy(samples, "fastest"))])
+    assert len(typo) == 1 and "not a KEDA strategy" in typo[0][1]
+    assert run_stack(rule.STRATEGY_POLICY, [(samples.T_SCALEDJOB, samples.scaled_job())]) == []
+    unknown = run_stack(rule.STRATEGY_POLICY, [(samples.T_SCALEDJOB, sj_with_strategy(samples, samples.U))])
+    assert len(unknown) == 1 and "scalingStrategy.strategy is unknown" in unknown[0][1]
+
+
+@pytest.mark.parametrize("cluster_type", ["T_EKS", "T_AWS_EKS"])
+def test_kubernetes_version_range(run_stack, samples, cluster_type):
+    rtype = getattr(samples, cluster_type)
+    charts = [(samples.T_CHART, samples.chart("karpenter")), (samples.T_CHART, samples.chart("keda"))]
+    assert run_stack(rule.KUBERNETES_POLICY, charts + [(rtype, samples.cluster())]) == []
+    for bad in (K8S_TOO_NEW, K8S_TOO_OLD):
+        found = run_stack(rule.KUBERNETES_POLICY, charts + [(rtype, "cluster", samples.cluster(bad))])
+        assert found and all(urn.endswith("::cluster") for urn, _ in found)
+        assert any(f"version = '{bad}'" in m and "outside what" in m for _, m in found), found
+    unpinned = {"name": "gpuburst-dev"}
+    assert "version is missing" in run_stack(rule.KUBERNETES_POLICY, [(rtype, unpinned)])[0][1]
+    assert "version is unknown" in run_stack(rule.KUBERNETES_POLICY, [(rtype, samples.cluster(samples.U))])[0][1]
+
+
+def test_kubernetes_range_follows_the_stacks_karpenter(run_stack, samples):
+    # The oldest accepted Karpenter supports an older Kubernetes range than the pin: the pinned Kubernetes is outside.
+    old = catalogue.KARPENTER_MINIMUM
+    assert catalogue.kubernetes_problems(catalogue.KUBERNETES_VERSION, old, KEDA_PIN)
+    stack = [(samples.T_CHART, samples.chart("karpenter", old)), (samples.T_EKS, samples.cluster())]
+    found = run_stack(rule.KUBERNETES_POLICY, stack)
+    assert any(f"karpenter {old}" in m for _, m in found), found
+
+
+def test_over_grpc_with_config_overrides(analyze, samples):
+    doc = samples.plan(*crd_and_controller(samples, catalogue.KARPENTER_MINIMUM, BROKEN[0]),
+                       (samples.T_EKS, samples.cluster(K8S_TOO_NEW)),
+                       (samples.T_CHART, samples.chart("keda", REJECTING_KEDA)),
+                       (samples.T_SCALEDJOB, sj_with_strategy(samples, REJECTED_STRATEGY)))
+    report = analyze(doc)
+    for name in (rule.CHART_NAME, rule.PAIR_NAME, rule.STRATEGY_NAME, rule.KUBERNETES_NAME):
+        assert report.by_policy(name) and {d.level for d in report.by_policy(name)} == {"MANDATORY"}, name
+    report = analyze(doc, {rule.PAIR_NAME: "advisory", rule.STRATEGY_NAME: "disabled",
+                           rule.KUBERNETES_NAME: {"enforcementLevel": "advisory"}})
+    assert {d.level for d in report.by_policy(rule.PAIR_NAME)} == {"ADVISORY"}
+    assert report.by_policy(rule.STRATEGY_NAME) == []
+    assert {d.level for d in report.by_policy(rule.KUBERNETES_NAME)} == {"ADVISORY"}
+    assert {d.level for d in report.by_policy(rule.CHART_NAME)} == {"MANDATORY"}
+    unknown = analyze(samples.plan((samples.T_EKS, samples.cluster(samples.U))))
+    assert [d.level for d in unknown.by_policy(rule.KUBERNETES_NAME)] == ["MANDATORY"]

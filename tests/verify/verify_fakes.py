@@ -1,0 +1,329 @@
+"""Helpers of the verify tests: recorded API objects, an in-memory cluster (FakeKube), a fake clock, and a real
+HTTP server that answers Kubernetes API paths from a FakeKube (so kube.py and the CLI run over the wire)."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlparse
+
+import yaml
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NOW = datetime(2026, 11, 2, 10, 0, 0, tzinfo=timezone.utc)
+"""The moment the recorded objects were 'read' (their timestamps are relative to it)."""
+
+
+def load(name: str) -> Any:
+    """A recorded API object (JSON or YAML) or text file from tests/verify/fixtures."""
+    path = FIXTURES / name
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    if path.suffix in (".yaml", ".yml"):
+        return yaml.safe_load(path.read_text())
+    return path.read_text()
+
+
+def items(name: str) -> list[dict]:
+    """The items of a recorded *List object."""
+    return load(name)["items"]
+
+
+def load_crd(upstream: Path, filename: str) -> dict:
+    """An upstream CRD file as the object the cluster would return for it."""
+    docs = [d for d in yaml.safe_load_all((upstream / filename).read_text()) if d]
+    return docs[0]
+
+
+class FakeClock:
+    """now() and monotonic() advance only when sleep() is called."""
+
+    def __init__(self, start: datetime = NOW) -> None:
+        self.t = 0.0
+        self.start = start
+        self.sleeps: list[float] = []
+
+    def now(self) -> datetime:
+        return self.start + timedelta(seconds=self.t)
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += max(seconds, 0.001)
+
+
+def _match_labels(obj: dict, selector: str | None) -> bool:
+    if not selector:
+        return True
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in selector.split(","):
+        k, _, v = term.partition("=")
+        if labels.get(k.strip()) != v.strip():
+            return False
+    return True
+
+
+def _field(obj: dict, path: str) -> Any:
+    node: Any = obj
+    for part in path.split("."):
+        node = (node or {}).get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _match_fields(obj: dict, selector: str | None) -> bool:
+    if not selector:
+        return True
+    for term in selector.split(","):
+        k, _, v = term.partition("=")
+        if str(_field(obj, k.strip())) != v.strip():
+            return False
+    return True
+
+
+class FakeKube:
+    """An in-memory cluster with the same methods as components.verify.kube.Kube; records every mutating call.
+
+    Hooks let a test play the cluster's part: `on_get_job(kube, ns, name)` runs before each get_job (advance the
+    verify Job), `on_list_jobs(kube, ns)` before each list_jobs (KEDA creating a Job).
+    """
+
+    def __init__(self, *, nodes=(), pods=(), nodepools=(), nodeclasses=(), crds=(), tas=(), ctas=(), scaled_jobs=(),
+                 events=(), deployments=(), daemonsets=(), jobs=(), logs: dict[str, str] | None = None,
+                 version: dict | None = None) -> None:
+        cp = copy.deepcopy
+        self.nodes = cp(list(nodes))
+        self.pods = cp(list(pods))
+        self.nodepools = {n["metadata"]["name"]: cp(n) for n in nodepools}
+        self.nodeclasses = {n["metadata"]["name"]: cp(n) for n in nodeclasses}
+        self.crds = {c["metadata"]["name"]: cp(c) for c in crds}
+        self.tas = cp(list(tas))
+        self.ctas = cp(list(ctas))
+        self.scaled_jobs = cp(list(scaled_jobs))
+        self.events = cp(list(events))
+        self.deployments = cp(list(deployments))
+        self.daemonsets = cp(list(daemonsets))
+        self.jobs = cp(list(jobs))
+        self.logs = dict(logs or {})
+        self.server_version = version or load("version_1.34.json")
+        self.created: list[dict] = []
+        self.deleted: list[str] = []
+        self.on_get_job: Callable | None = None
+        self.on_list_jobs: Callable | None = None
+        self.host = "https://fake.example"
+
+    def version(self) -> dict:
+        return self.server_version
+
+    def list_nodes(self, label_selector=None):
+        return [copy.deepcopy(n) for n in self.nodes if _match_labels(n, label_selector)]
+
+    def list_pods(self, namespace=None, *, label_selector=None, field_selector=None):
+        return [copy.deepcopy(p) for p in self.pods
+                if (namespace is None or p["metadata"].get("namespace") == namespace)
+                and _match_labels(p, label_selector) and _match_fields(p, field_selector)]
+
+    def list_events(self, namespace, *, field_selector=None):
+        return [copy.deepcopy(e) for e in self.events
+                if (e.get("metadata") or {}).get("namespace", namespace) == namespace and _match_fields(e, field_selector)]
+
+    def list_deployments(self, label_selector=None):
+        return [copy.deepcopy(d) for d in self.deployments if _match_labels(d, label_selector)]
+
+    def list_daemonsets(self, label_selector=None):
+        return [copy.deepcopy(d) for d in self.daemonsets if _match_labels(d, label_selector)]
+
+    def get_crd(self, name):
+        return copy.deepcopy(self.crds.get(name))
+
+    def get_nodepool(self, name):
+        return copy.deepcopy(self.nodepools.get(name))
+
+    def get_ec2nodeclass(self, name):
+        return copy.deepcopy(self.nodeclasses.get(name))
+
+    def list_trigger_authentications(self, namespace):
+        return [copy.deepcopy(t) for t in self.tas if t["metadata"].get("namespace") == namespace]
+
+    def list_cluster_trigger_authentications(self):
+        return copy.deepcopy(self.ctas)
+
+    def list_scaled_jobs(self, namespace):
+        return [copy.deepcopy(s) for s in self.scaled_jobs if s["metadata"].get("namespace") == namespace]
+
+    def read_pod_log(self, namespace, name, *, container=None, tail_lines=None, since_seconds=None):
+        return self.logs.get(name, "")
+
+    def list_jobs(self, namespace, *, label_selector=None):
+        if self.on_list_jobs:
+            self.on_list_jobs(self, namespace)
+        return [copy.deepcopy(j) for j in self.jobs
+                if j["metadata"].get("namespace") == namespace and _match_labels(j, label_selector)]
+
+    def get_job(self, namespace, name):
+        if self.on_get_job:
+            self.on_get_job(self, namespace, name)
+        return next((copy.deepcopy(j) for j in self.jobs if j["metadata"].get("namespace") == namespace
+                     and j["metadata"]["name"] == name), None)
+
+    def create_job(self, namespace, manifest):
+        job = copy.deepcopy(manifest)
+        job["metadata"].setdefault("namespace", namespace)
+        job["metadata"]["uid"] = str(uuid.uuid4())
+        job["metadata"]["creationTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+        job.setdefault("status", {})
+        self.jobs.append(job)
+        self.created.append(copy.deepcopy(job))
+        return copy.deepcopy(job)
+
+    def delete_job(self, namespace, name):
+        before = len(self.jobs)
+        self.jobs = [j for j in self.jobs if not (j["metadata"].get("namespace") == namespace
+                                                   and j["metadata"]["name"] == name)]
+        self.pods = [p for p in self.pods if (p["metadata"].get("labels") or {}).get("job-name") != name]
+        self.deleted.append(f"{namespace}/{name}")
+        return len(self.jobs) < before
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The same FakeKube, served over HTTP on Kubernetes API paths.
+# --------------------------------------------------------------------------------------------------------------------
+
+def _status(code: int, message: str) -> dict:
+    reason = {404: "NotFound", 403: "Forbidden", 400: "BadRequest"}.get(code, "Error")
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+
+
+def _as_list(kind: str, objs: list[dict]) -> dict:
+    return {"kind": kind + "List", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": objs}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    kube: FakeKube
+    requests: list[str]
+
+    def log_message(self, *args) -> None:  # keep pytest output clean
+        pass
+
+    def _send(self, code: int, body: Any) -> None:
+        raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def _route(self, method: str) -> None:
+        url = urlparse(self.path)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        p = url.path.rstrip("/")
+        self.requests.append(f"{method} {p}")
+        k = self.kube
+        ls, fs = q.get("labelSelector"), q.get("fieldSelector")
+
+        def one(obj, what):
+            self._send(200, obj) if obj is not None else self._send(404, _status(404, f"{what} not found"))
+
+        routes: list[tuple[str, str, Callable[..., None]]] = [
+            ("GET", r"/version", lambda: self._send(200, k.version())),
+            ("GET", r"/api/v1/nodes", lambda: self._send(200, _as_list("Node", k.list_nodes(ls)))),
+            ("GET", r"/api/v1/pods", lambda: self._send(200, _as_list("Pod", k.list_pods(
+                None, label_selector=ls, field_selector=fs)))),
+            ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods", lambda ns: self._send(200, _as_list("Pod", k.list_pods(
+                ns, label_selector=ls, field_selector=fs)))),
+            ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log",
+             lambda ns, name: self._send(200, k.read_pod_log(ns, name))),
+            ("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/events",
+             lambda ns: self._send(200, _as_list("Event", k.list_events(ns, field_selector=fs)))),
+            ("GET", r"/apis/apps/v1/deployments", lambda: self._send(200, _as_list("Deployment",
+                                                                                   k.list_deployments(ls)))),
+            ("GET", r"/apis/apps/v1/daemonsets", lambda: self._send(200, _as_list("DaemonSet", k.list_daemonsets(ls)))),
+            ("GET", r"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/(?P<name>[^/]+)",
+             lambda name: one(k.get_crd(name), f"customresourcedefinitions {name!r}")),
+            ("GET", r"/apis/karpenter.sh/v1/nodepools/(?P<name>[^/]+)",
+             lambda name: one(k.get_nodepool(name), f"nodepools {name!r}")),
+            ("GET", r"/apis/karpenter.k8s.aws/v1/ec2nodeclasses/(?P<name>[^/]+)",
+             lambda name: one(k.get_ec2nodeclass(name), f"ec2nodeclasses {name!r}")),
+            ("GET", r"/apis/keda.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/triggerauthentications",
+             lambda ns: self._send(200, _as_list("TriggerAuthentication", k.list_trigger_authentications(ns)))),
+            ("GET", r"/apis/keda.sh/v1alpha1/clustertriggerauthentications",
+             lambda: self._send(200, _as_list("ClusterTriggerAuthentication",
+                                              k.list_cluster_trigger_authentications()))),
+            ("GET", r"/apis/keda.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/scaledjobs",
+             lambda ns: self._send(200, _as_list("ScaledJob", k.list_scaled_jobs(ns)))),
+            ("GET", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs",
+             lambda ns: self._send(200, _as_list("Job", k.list_jobs(ns, label_selector=ls)))),
+            ("GET", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)",
+             lambda ns, name: one(k.get_job(ns, name), f"jobs.batch {name!r}")),
+            ("POST", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs",
+             lambda ns: self._send(201, k.create_job(ns, self._body()))),
+            ("DELETE", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)",
+             lambda ns, name: self._send(200, _status(200, "deleted")) if k.delete_job(ns, name)
+             else self._send(404, _status(404, f"jobs.batch {name!r} not found"))),
+        ]
+        for m, pattern, fn in routes:
+            match = re.fullmatch(pattern, p)
+            if m == method and match:
+                fn(**match.groupdict())
+                return
+        self._send(404, _status(404, f"the server could not find the requested resource ({method} {p})"))
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def do_DELETE(self) -> None:
+        self._body()
+        self._route("DELETE")
+
+
+class FakeApiServer:
+    """A FakeKube on http://127.0.0.1:<port>; `kubeconfig(tmp_path)` writes a kubeconfig pointing at it."""
+
+    def __init__(self, kube: FakeKube) -> None:
+        handler = type("Handler", (_Handler,), {"kube": kube, "requests": []})
+        self.handler = handler
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def requests(self) -> list[str]:
+        return self.handler.requests
+
+    def __enter__(self) -> "FakeApiServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def kubeconfig(self, folder: Path) -> Path:
+        return write_kubeconfig(folder, self.url)
+
+
+def write_kubeconfig(folder: Path, server: str) -> Path:
+    """A kubeconfig with one cluster at `server` and a static token."""
+    path = folder / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test", "cluster": {"server": server}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "users": [{"name": "test", "user": {"token": "not-a-real-token"}}],
+    }))
+    return path

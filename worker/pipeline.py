@@ -1,0 +1,259 @@
+"""Process one slide end to end: tissue detection, batched inference on tissue tiles, overlay, preview and JSON."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from worker.device import describe_device
+from worker.inference import InferenceSettings, InferenceStats, TileJob, iter_class_maps
+from worker.model import LoadedModel
+from worker.overlay import OverlaySettings, render_preview, write_overlay, write_png
+from worker.slides import Level, Slide, SlideError, TissueSettings, dilate, open_slide, tissue_mask, tissue_tiles
+
+WORKER_VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """Everything process_slide can be told; the defaults suit 0.25-0.5 µm brightfield scans."""
+
+    mpp_um: float | None = None
+    """Pixel size override in µm per pixel, used when the slide carries no (or a wrong) calibration (default None:
+    read it from the file and refuse the slide if absent)."""
+    mpp_tolerance: float = 0.25
+    """Largest relative difference allowed between the model's input_mpp_um and the analysed level's pixel size
+    (default 0.25); past it the slide is refused rather than analysed at the wrong scale."""
+    skip_background: bool = True
+    """Run the model only on tiles that meet tissue (default True); False analyses every tile."""
+    tissue: TissueSettings = TissueSettings()
+    """How tissue is found on a low-resolution level."""
+    inference: InferenceSettings = InferenceSettings()
+    """Batching, reader threads, read-ahead, CPU threads and mixed precision."""
+    overlay: OverlaySettings = OverlaySettings()
+    """Overlay tiling, codec, pyramid and preview."""
+
+
+def overlay_name(slide_id: str) -> str:
+    return f"{slide_id}.overlay.ome.tif"
+
+
+def preview_name(slide_id: str) -> str:
+    return f"{slide_id}.preview.png"
+
+
+def summary_name(slide_id: str) -> str:
+    return f"{slide_id}.json"
+
+
+def _check_slide_id(slide_id: str) -> None:
+    bad = not isinstance(slide_id, str) or not slide_id or slide_id in (".", "..") or len(slide_id) > 200
+    if bad or any(c in slide_id for c in '/\\\0') or slide_id.startswith("."):
+        raise ValueError(f"slide_id {slide_id!r}: must be a plain file-name stem (no '/', '\\', leading '.', <= 200 chars)")
+
+
+def choose_level(slide: Slide, model: LoadedModel, tolerance: float) -> Level:
+    """The pyramid level whose pixel size is nearest the model's input_mpp_um (level 0 when the model has none)."""
+    if model.input_mpp_um is None:
+        return slide.levels[0]
+    target = float(model.input_mpp_um)
+
+    def mpp(lv: Level) -> float:
+        mx, my = slide.level_mpp(lv)
+        return (mx + my) / 2
+
+    best = min(slide.levels, key=lambda lv: abs(math.log(mpp(lv) / target)))
+    if abs(mpp(best) / target - 1) > tolerance:
+        have = ", ".join(f"{mpp(lv):.3g}" for lv in slide.levels)
+        raise SlideError(
+            f"{slide.path}: no pyramid level near the model's {target:g} µm/px (levels have {have} µm/px, "
+            f"{slide.mpp_source}; tolerance ±{tolerance:.0%})"
+        )
+    return best
+
+
+def _bands(
+    maps: Iterable[tuple[TileJob, np.ndarray]], width: int, height: int, out_tile: int, band: int
+) -> Iterator[np.ndarray]:
+    """Turn row-major (job, class map) pairs into overlay bands of `band` rows; unanalysed tiles stay 0."""
+    buf = np.zeros((band + out_tile, width), np.uint8)  # room for a tile that straddles the band's end
+    it = iter(maps)
+    nxt = next(it, None)
+    for y0 in range(0, height, band):
+        y1 = min(y0 + band, height)
+        while nxt is not None and nxt[0].ty * out_tile < y1:
+            job, m = nxt
+            oy, ox = job.ty * out_tile - y0, job.tx * out_tile
+            h, w = min(out_tile, height - job.ty * out_tile), min(out_tile, width - ox)
+            buf[oy : oy + h, ox : ox + w] = m[:h, :w]
+            nxt = next(it, None)
+        yield buf[: y1 - y0].copy()
+        buf[:out_tile] = buf[band : band + out_tile]
+        buf[out_tile:] = 0
+    if nxt is not None:
+        raise RuntimeError(f"class map for tile ({nxt[0].tx}, {nxt[0].ty}) lies outside the {width}x{height} overlay")
+
+
+def process_slide(
+    slide_path,
+    out_dir,
+    model: LoadedModel,
+    *,
+    slide_id: str,
+    settings: PipelineSettings | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
+    """Analyse one slide and write `<slide_id>.overlay.ome.tif`, `.preview.png` and, last, `.json` into out_dir.
+
+    Returns the summary that is also in the JSON. `progress(done, total)` is called as tissue tiles finish.
+    Raises SlideError (one line naming the file) when the input is not a usable slide.
+    """
+    s = settings or PipelineSettings()
+    _check_slide_id(slide_id)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    partial = [out_dir / f".{slide_id}.overlay.partial", out_dir / f".{slide_id}.json.partial"]
+    try:
+        with open_slide(slide_path, mpp_um=s.mpp_um) as slide:
+            timings["open"] = time.perf_counter() - t_start
+            level = choose_level(slide, model, s.mpp_tolerance)
+            lmx, lmy = slide.level_mpp(level)
+            T, stride = model.tile_size, model.output_stride
+
+            t0 = time.perf_counter()
+            thumb, dsx, dsy = slide.thumbnail(level, s.tissue.thumbnail_downsample)
+            mask = tissue_mask(thumb, s.tissue)
+            if s.skip_background:
+                grid = tissue_tiles(dilate(mask, s.tissue.dilate), dsx, dsy, level.width, level.height, T)
+            else:
+                grid = np.ones((-(-level.height // T), -(-level.width // T)), bool)
+            jobs = [TileJob(int(tx), int(ty), int(tx) * T, int(ty) * T) for ty, tx in zip(*np.nonzero(grid))]
+            timings["tissue"] = time.perf_counter() - t0
+
+            ow, oh = -(-level.width // stride), -(-level.height // stride)
+            omx, omy = lmx * stride, lmy * stride  # overlay pixel size: same physical extent as the slide
+            stats = InferenceStats()
+            maps = iter_class_maps(slide, level, model, jobs, s.inference, stats, progress)
+            result = write_overlay(
+                partial[0],
+                _bands(maps, ow, oh, T // stride, s.overlay.tile),
+                width=ow,
+                height=oh,
+                mpp_x=omx,
+                mpp_y=omy,
+                classes=model.classes,
+                colors=model.colors,
+                name=f"{slide_id} class map",
+                description=(
+                    f"Class map of {slide.name} by {model.name} {model.version}; pixel values are class indices; "
+                    f"one pixel is {omx:.4g} x {omy:.4g} µm."
+                ),
+                provenance={
+                    "slide": slide.name,
+                    "slide_id": slide_id,
+                    "model": f"{model.name} {model.version}",
+                    "slide_mpp_um": f"{slide.mpp_x:.6g} x {slide.mpp_y:.6g} ({slide.mpp_source})",
+                    "analysed_level": str(level.index),
+                    "worker": WORKER_VERSION,
+                },
+                settings=s.overlay,
+            )
+            os.replace(partial[0], out_dir / overlay_name(slide_id))
+
+            t0 = time.perf_counter()
+            side = max(level.width, level.height)
+            preview_thumb = thumb
+            if side / max(thumb.shape[:2]) > 1.5 * side / s.overlay.preview_max_side:
+                # The tissue thumbnail is smaller than the preview wants: read a finer one (a few tiles).
+                preview_thumb, _, _ = slide.thumbnail(level, max(side / s.overlay.preview_max_side, 1.0))
+            png = render_preview(
+                preview_thumb, result.preview_labels, model.colors,
+                alpha=s.overlay.preview_alpha, max_side=s.overlay.preview_max_side,
+            )
+            write_png(out_dir / preview_name(slide_id), png)
+            preview_s = time.perf_counter() - t0
+
+            used = s.inference.resolved(model.device)
+            tissue_fraction = float(mask.mean()) if mask.size else 0.0
+            slide_area = slide.width * slide.height * slide.mpp_x * slide.mpp_y
+            px_area = omx * omy
+            summary = {
+                "slide_id": slide_id,
+                "slide": slide.name,
+                "width": slide.width,
+                "height": slide.height,
+                "mpp_um": slide.mpp_x,
+                "mpp_um_y": slide.mpp_y,
+                "mpp_source": slide.mpp_source,
+                "analysis": {
+                    "level": level.index,
+                    "downsample": level.downsample,
+                    "width": level.width,
+                    "height": level.height,
+                    "mpp_um": lmx,
+                    "tile_size": T,
+                },
+                "tiles_total": int(grid.size),
+                "tiles_seen": len(jobs),
+                "tissue_fraction": round(tissue_fraction, 6),
+                "tissue_area_um2": round(tissue_fraction * slide_area, 1),
+                "classes": list(model.classes),
+                "class_pixels": dict(zip(model.classes, result.class_pixels)),
+                "class_area_um2": {c: round(n * px_area, 1) for c, n in zip(model.classes, result.class_pixels)},
+                "units": {
+                    "mpp_um": "µm per pixel",
+                    "class_area_um2": "µm²",
+                    "tissue_area_um2": "µm²",
+                    "class_pixels": f"overlay pixels of {omx:.4g} µm × {omy:.4g} µm",
+                    "timings_s": "seconds; read and infer are busy times of overlapping stages",
+                },
+                "overlay": {
+                    "file": overlay_name(slide_id),
+                    "width": ow,
+                    "height": oh,
+                    "levels": len(result.levels),
+                    "mpp_um": omx,
+                    "mpp_um_y": omy,
+                    "downsample": level.downsample * stride,
+                    "bigtiff": result.bigtiff,
+                },
+                "preview": preview_name(slide_id),
+                "model": {"name": model.name, "version": model.version, "source": Path(model.source).name},
+                "device": describe_device(model.device),
+                "inference": {
+                    "batch_size": used.batch_size,
+                    "reader_threads": used.reader_threads,
+                    "torch_threads": used.torch_threads if model.device.type == "cpu" else None,
+                    "amp": used.amp,
+                    "batches": stats.batches,
+                },
+                "timings_s": {
+                    "open": round(timings["open"], 4),
+                    "tissue": round(timings["tissue"], 4),
+                    "read": round(stats.read_s, 4),
+                    "infer": round(stats.infer_s, 4),
+                    "wait_for_tiles": round(stats.wait_s, 4),
+                    "write": 0.0,
+                    "total": 0.0,
+                },
+                "worker_version": WORKER_VERSION,
+            }
+        summary["timings_s"]["write"] = round(result.write_s + preview_s, 4)
+        summary["timings_s"]["total"] = round(time.perf_counter() - t_start, 4)
+        # The JSON is the completion marker: written last, atomically.
+        data = json.dumps(summary, indent=2, ensure_ascii=False).encode("utf-8")
+        partial[1].write_bytes(data)
+        os.replace(partial[1], out_dir / summary_name(slide_id))
+        return summary
+    finally:
+        for p in partial:
+            if p.exists():
+                p.unlink()
