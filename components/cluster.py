@@ -229,4 +229,7 @@ class Cluster(pulumi.ComponentResource):
         # Default VPC: the nodes go into its default subnets (one per zone), looked up here.
         found = aws.ec2.get_subnets(filters=[{"name": "default-for-az", "values": ["true"]}],
                                     opts=pulumi.InvokeOptions(parent=self))
+        if found.ids is not None and len(found.ids) == 0:  # None: an offline mock that does not answer the lookup
+            raise ConfigError("cluster.private_subnet_ids", None,
+                              "a list of subnet ids: this region has no default VPC subnets to put the nodes in")
         return sorted(found.ids or [])

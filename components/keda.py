@@ -21,8 +21,10 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS, KEDA_IDENTITY_OWNERS, KEDA_VERSION, keda_version_problem
+from .cluster import SYSTEM_POOL
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .keda_schema import API_VERSION, AUTH_KINDS, check_keda_manifest
+from .nodepool import POOL_LABEL
 from .policy_documents import policy_document, queue_metrics_statements
 from .validation import ConfigError
 
@@ -36,11 +38,8 @@ names it, so the two must agree."""
 SCALER_ROLE_PATH = "/gpuburst/keda-scaler/"
 """IAM path of every scaler role: the operator may assume roles under this path only."""
 
-SYSTEM_NODE_SELECTOR = {"eks.amazonaws.com/nodegroup": "system"}
-"""Default nodeSelector of the system node group (EKS labels managed node group nodes with their group's name)."""
-
-SYSTEM_TOLERATIONS = [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
-"""Default tolerations: the usual taint of a system node group (harmless where the group has no taint)."""
+SYSTEM_NODE_SELECTOR = {POOL_LABEL: SYSTEM_POOL}
+"""Default nodeSelector: the label the cluster puts on its system managed node group (`gpuburst.io/pool: system`)."""
 
 
 @dataclass
@@ -50,7 +49,7 @@ class TriggerAuthSpec:
     name: str
     """metadata.name."""
     namespace: str | None
-    """metadata.namespace of a TriggerAuthentication (it must be the ScaledJob's); None for a ClusterTriggerAuthentication."""
+    """metadata.namespace of a TriggerAuthentication (the ScaledJob's); None for a ClusterTriggerAuthentication."""
     role_arn: pulumi.Input[str] | None = None
     """Role KEDA assumes to read the queue length (`podIdentity.roleArn`). Default None (then identity_owner)."""
     identity_owner: str | None = None
@@ -130,9 +129,9 @@ class KedaArgs:
     """KEDA chart/operator version; never below the catalogue's minimum, and every KEDA manifest is checked
     against it. Default: the catalogue's pin."""
     system_node_selector: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_NODE_SELECTOR))
-    """nodeSelector that puts KEDA on the system node group. Default {eks.amazonaws.com/nodegroup: system}."""
-    system_tolerations: list[dict] = field(default_factory=lambda: [dict(t) for t in SYSTEM_TOLERATIONS])
-    """Tolerations for the system node group's taints. Default: CriticalAddonsOnly (Exists)."""
+    """nodeSelector that puts KEDA on the system node group. Default {gpuburst.io/pool: system}."""
+    system_tolerations: list[dict] = field(default_factory=list)
+    """Tolerations for taints on the system node group. Default none (the group has no taints)."""
     scaler_role_path: str = SCALER_ROLE_PATH
     """IAM path the operator may assume roles under. Default /gpuburst/keda-scaler/."""
     trigger_authentications: list[TriggerAuthSpec] = field(default_factory=list)

@@ -80,6 +80,10 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
               "root_volume_gib": root_volume_gib, "root_volume_iops": root_volume_iops,
               "root_volume_throughput_mibps": root_volume_throughput_mibps}, NODECLASS_RULES)
     _check_tags(tags)
+    if root_volume_throughput_mibps * 4 > root_volume_iops:
+        # EC2 would refuse the launch, and Karpenter would fail to make GPU nodes while the queue waits.
+        raise ConfigError("root_volume_throughput_mibps", root_volume_throughput_mibps,
+                          f"at most root_volume_iops / 4 = {root_volume_iops // 4} (gp3 allows 0.25 MiB/s per IOPS)")
     if kms_key_id is not None and not (isinstance(kms_key_id, str) and kms_key_id):
         raise ConfigError("kms_key_id", kms_key_id,
                           "a KMS key ARN/id as a plain string, or None for the EBS default key")
@@ -88,8 +92,8 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
         "volumeType": "gp3",
         "iops": root_volume_iops,
         "throughput": root_volume_throughput_mibps,
-        # Slides are clinical research data and land in the page cache, swap-less tmp and container layers: the disk
-        # is always encrypted, with the account's EBS key unless a CMK is given.
+        # Slides are clinical research data and may reach the local disk (scratch files, container layers): the root
+        # volume is always encrypted, with the account's EBS key unless a CMK is given.
         "encrypted": True,
         "deleteOnTermination": True,
     }

@@ -145,7 +145,8 @@ def check_settings(s: WorkerPodSettings) -> None:
                           "time to release the message before the kubelet's SIGKILL)")
     for name in s.env:
         if not _ENV_NAME.match(name):
-            raise ConfigError(f"WorkerPodSettings.env[{name!r}]", name, "an environment variable name [A-Za-z_][A-Za-z0-9_]*")
+            raise ConfigError(f"WorkerPodSettings.env[{name!r}]", name,
+                              "an environment variable name [A-Za-z_][A-Za-z0-9_]*")
         if name in _RESERVED_ENV:
             raise ConfigError(f"WorkerPodSettings.env[{name!r}]", name,
                               f"a name other than {', '.join(_RESERVED_ENV)} (set by the component)")

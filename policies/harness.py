@@ -292,8 +292,10 @@ class Pack:
 
     def __init__(self, command: Optional[list[str]] = None, cwd: Path = REPO_ROOT,
                  start_timeout_s: float = START_TIMEOUT_S, rpc_timeout_s: float = RPC_TIMEOUT_S,
-                 stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
+                 stop_timeout_s: float = STOP_TIMEOUT_S, env: Optional[dict[str, str]] = None) -> None:
+        """`env`: the subprocess's whole environment; default: this one with the repository root on PYTHONPATH."""
         self.command = command or pack_command()
+        self.env = env
         self.cwd = Path(cwd)
         self.start_timeout_s = start_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
@@ -331,9 +333,12 @@ class Pack:
         return (" | stderr: " + " / ".join(lines[-3:])) if lines else ""
 
     def start(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        env["PYTHONUNBUFFERED"] = "1"
+        env = self.env
+        if env is None:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                                                                    else []))
+            env["PYTHONUNBUFFERED"] = "1"
         self._stderr = tempfile.TemporaryFile()
         try:
             self._proc = subprocess.Popen(self.command, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,

@@ -88,6 +88,10 @@ def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[
             p = catalogue.chart_version_problem("karpenter-crd", crdv)
             if p and p not in problems:
                 problems.append(p)
+            pin = catalogue.CHARTS["karpenter-crd"].version
+            if crdv != canonical(pin):
+                problems.append(f"karpenter-crd {crdv} in the cluster (CRD {NODEPOOL_CRD}) differs from the catalogue "
+                                f"pin {pin}")
     k8s = server_version(server)
     evidence.append(f"Kubernetes API server: {server.get('gitVersion', '?')}")
     if k8s is None:

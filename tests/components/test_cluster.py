@@ -16,22 +16,24 @@ DEFAULT_SUBNETS = ["subnet-0default0a", "subnet-0default0b", "subnet-0default0c"
 
 
 class InvokeMocks(RealisticMocks):
-    """RealisticMocks plus the default VPC's subnets; failures as a list (the mock monitor iterates them)."""
+    """RealisticMocks plus the default VPC's subnets (and a record of the invokes made)."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_subnets=tuple(DEFAULT_SUBNETS)) -> None:
         super().__init__()
+        self.default_subnets = list(default_subnets)
         self.invokes: list[tuple[str, dict]] = []
 
     def call(self, args):
         self.invokes.append((args.token, dict(args.args)))
         if args.token == "aws:ec2/getSubnets:getSubnets":
-            return {"ids": list(DEFAULT_SUBNETS), "id": "us-east-1"}, []
-        ret, failures = super().call(args)
+            return {"ids": self.default_subnets, "id": "us-east-1"}, []
+        answer = super().call(args)
+        ret, failures = answer if isinstance(answer, tuple) else (answer, None)
         return ret, failures or []
 
 
-def run(args: ClusterArgs, **kw):
-    mocks = InvokeMocks()
+def run(args: ClusterArgs, mocks: InvokeMocks | None = None, **kw):
+    mocks = mocks or InvokeMocks()
 
     def program():
         c = Cluster("cluster", args)
@@ -170,3 +172,9 @@ def test_config_errors_are_one_line_and_name_the_field(kw, field):
         run(ClusterArgs(**{"name": NAME, **kw}))
     assert e.value.field == field and "\n" not in str(e.value)
     assert str(e.value).startswith(f"{field}: ")
+
+
+def test_no_default_vpc_subnets_and_none_given_is_a_config_error():
+    with pytest.raises(ConfigError) as e:
+        run(ClusterArgs(name=NAME), mocks=InvokeMocks(default_subnets=()))
+    assert e.value.field == "cluster.private_subnet_ids" and "no default VPC subnets" in str(e.value)

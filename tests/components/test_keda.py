@@ -50,7 +50,7 @@ def test_chart_is_pinned_from_the_catalogue(res):
     assert (p["chart"], p["version"], p["namespace"]) == (pin.chart, pin.version, "keda")
     assert p["repositoryOpts"]["repo"] == pin.repository
     assert p["values"]["serviceAccount"]["operator"]["name"] == OPERATOR_SERVICE_ACCOUNT
-    assert p["values"]["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "system"}
+    assert p["values"]["nodeSelector"] == {"gpuburst.io/pool": "system"}  # the cluster's system node group label
     assert p["values"]["podIdentity"]["aws"]["irsa"]["enabled"] is False
 
 

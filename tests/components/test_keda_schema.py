@@ -203,8 +203,8 @@ def test_inline_credentials_refused_and_redacted(key):
     (lambda s: s.update(pollingInterval="30"), "spec.pollingInterval: '30' is not valid: an integer >= 1"),
     (lambda s: s.update(maxReplicaCount=-1), "spec.maxReplicaCount: -1 is not valid: an integer >= 1"),
     (lambda s: s.update(successfulJobsHistoryLimit=-1), "spec.successfulJobsHistoryLimit: -1 is not valid"),
-    (lambda s: s.update(rolloutStrategy="gradual"), "spec.rolloutStrategy: 'gradual' is not valid: spec.rolloutStrategy "
-                                                    "is deprecated"),
+    (lambda s: s.update(rolloutStrategy="gradual"),
+     "spec.rolloutStrategy: 'gradual' is not valid: spec.rolloutStrategy is deprecated"),
     (lambda s: s.update(triggers=[]), "spec.triggers: [] is not valid: a non-empty list"),
     (lambda s: s.pop("jobTargetRef"), "spec.jobTargetRef: None is not valid: required"),
 ])

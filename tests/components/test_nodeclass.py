@@ -42,11 +42,14 @@ def test_defaults_alias_imdsv2_encrypted_root_and_discovery_selectors():
 
 def test_pinned_alias_kms_key_and_tags():
     m = manifest(ami_alias="al2023@v20250505", kms_key_id="arn:aws:kms:us-east-1:123456789012:key/abc",
-                 tags={"project": "pathology"}, root_volume_gib=200)
+                 tags={"project": "pathology"}, root_volume_gib=200, root_volume_iops=6000,
+                 root_volume_throughput_mibps=500)
     spec = m["spec"]
     assert spec["amiSelectorTerms"] == [{"alias": "al2023@v20250505"}]
     assert spec["blockDeviceMappings"][0]["ebs"]["kmsKeyID"].endswith("key/abc")
     assert spec["blockDeviceMappings"][0]["ebs"]["volumeSize"] == "200Gi"
+    assert spec["blockDeviceMappings"][0]["ebs"]["iops"] == 6000
+    assert spec["blockDeviceMappings"][0]["ebs"]["throughput"] == 500
     assert spec["tags"] == {"project": "pathology"}
 
 
@@ -65,6 +68,7 @@ def test_bad_alias_is_a_one_line_error_naming_field_and_value(alias):
     ({"cluster_name": ""}, "cluster_name"),
     ({"root_volume_gib": 8}, "root_volume_gib"),
     ({"root_volume_iops": 100}, "root_volume_iops"),
+    ({"root_volume_throughput_mibps": 1000}, "root_volume_throughput_mibps"),  # needs 4000 IOPS
     ({"tags": {"karpenter.sh/nodepool": "x"}}, "tags"),
     ({"tags": {"kubernetes.io/cluster/burst-dev": "owned"}}, "tags"),
     ({"tags": {"team": ""}}, "tags['team']"),

@@ -1,4 +1,4 @@
-"""GPU NodePool: the builder (types, taint, label, limits, disruption), config errors, the upstream CRD, the resource."""
+"""GPU NodePool: the builder (types, taint, label, limits, disruption), config errors, upstream CRD, the resource."""
 from __future__ import annotations
 
 import copy

@@ -217,3 +217,17 @@ def test_pure_builder_is_checked_against_the_given_keda_version():
                             pod=WorkerPodSettings(image=IMAGE), settings=ScaledJobSettings(),
                             keda_version="2.20.1")
     assert "scalingStrategy" not in m["spec"]
+
+
+def test_preview_with_unknown_outputs_still_declares_everything():
+    def program():
+        queue = aws.sqs.Queue("slides-queue", name="gpuburst-dev-slides")
+        keda = Keda("keda", KedaArgs(cluster_name="gpuburst-dev"))
+        GpuScaledJob("slides", GpuScaledJobArgs(
+            cluster_name="gpuburst-dev", keda=keda, facts=facts(), namespace="gpuburst", queue_url=queue.url,
+            queue_arn=queue.arn, bucket_arn="arn:aws:s3:::gpuburst-dev-data",
+            pod=WorkerPodSettings(image=queue.arn.apply(lambda _: IMAGE))))
+    res = run_under_mocks(program, preview=True)
+    (sj,) = res.monitor.by_type(SJ)
+    assert sj.properties["spec"]["rollout"] == {"strategy": "gradual"}
+    assert sj.properties["spec"]["triggers"][0]["metadata"]["queueLength"] == "1"

@@ -1,7 +1,5 @@
 """The offline synth of the dev stack: the plan holds what the issue promises, and bad config fails in one line."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,21 +7,9 @@ import yaml
 
 from components import catalogue
 
+from tests.components.conftest import run_synth
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_synth(out: Path, *extra: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "components", "synth", "--out", str(out), *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def dev(tmp_path_factory):
-    out = tmp_path_factory.mktemp("synth")
-    proc = run_synth(out, "--stack", "dev")
-    assert proc.returncode == 0, proc.stderr
-    plan = json.loads((out / "plan.json").read_text())
-    return {"out": out, "plan": plan, "stdout": proc.stdout}
 
 
 def of_type(plan, t):

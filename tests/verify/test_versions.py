@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 
-from verify_fakes import FakeKube, load
+from verify_fakes import FakeKube, at_pin, load, pinned_server
 
 from components import catalogue
 from components.verify import versions
@@ -22,18 +22,19 @@ def _crd(chart_version=None):
     return crd
 
 
-def judge(karpenter="deployment_karpenter_1.14.1.json", crd_version=catalogue.CHARTS["karpenter-crd"].version,
-          server=None, keda=None):
-    return versions.judge_versions([load(karpenter)], [keda or load("deployment_keda_2.20.2.json")],
-                                   [load("daemonset_nvidia_device_plugin.json")], _crd(crd_version),
-                                   server or load("version_1.34.json"))
+def judge(karpenter=None, crd_version=catalogue.CHARTS["karpenter-crd"].version, server=None, keda=None):
+    karpenter = load(karpenter) if karpenter else at_pin(load("deployment_karpenter_1.14.1.json"), "karpenter",
+                                                         "1.14.1")
+    return versions.judge_versions(
+        [karpenter], [keda or at_pin(load("deployment_keda_2.20.2.json"), "keda", "2.20.2")],
+        [at_pin(load("daemonset_nvidia_device_plugin.json"), "nvidia-device-plugin", "0.18.0")], _crd(crd_version),
+        server or pinned_server())
 
 
 def test_pinned_cluster_passes():
-    # The fixtures were recorded on a cluster at the catalogue's pins; if a pin moves, re-record them.
     r = judge()
     assert r.status == "pass", r
-    assert "karpenter 1.14.1" in r.summary
+    assert f"karpenter {catalogue.CHARTS['karpenter'].version}," in r.summary
 
 
 def test_karpenter_1_0_1_found_in_the_cluster_fails_with_the_catalogue_reason():
@@ -44,9 +45,10 @@ def test_karpenter_1_0_1_found_in_the_cluster_fails_with_the_catalogue_reason():
 
 
 def test_karpenter_crd_stamp_differing_from_the_controller_fails():
+    controller = catalogue.CHARTS["karpenter"].version
     r = judge(crd_version="1.13.0")
     assert r.status == "fail"
-    assert any("karpenter-crd 1.13.0 differs from karpenter 1.14.1" in p for p in r.evidence)
+    assert any(f"karpenter-crd 1.13.0 differs from karpenter {controller}" in p for p in r.evidence)
 
 
 def test_unstamped_crd_is_reported_not_guessed():
@@ -60,16 +62,19 @@ def test_kubernetes_outside_the_supported_ranges_fails():
     server.update({"minor": "28", "gitVersion": "v1.28.15-eks-aeac579"})
     r = judge(server=server)
     assert r.status == "fail"
-    for p in catalogue.kubernetes_problems("1.28", "1.14.1", "2.20.2"):
+    problems = catalogue.kubernetes_problems("1.28", catalogue.CHARTS["karpenter"].version,
+                                             catalogue.CHARTS["keda"].version)
+    assert problems
+    for p in problems:
         assert p in r.evidence
 
 
 def test_image_override_that_disagrees_with_the_chart_label_fails():
     dep = load("deployment_karpenter_1.14.1.json")
     dep["spec"]["template"]["spec"]["containers"][0]["image"] = "public.ecr.aws/karpenter/controller:1.0.2"
-    r = versions.judge_versions([dep], [load("deployment_keda_2.20.2.json")],
-                                [load("daemonset_nvidia_device_plugin.json")], _crd("1.14.1"),
-                                load("version_1.34.json"))
+    r = versions.judge_versions(
+        [dep], [load("deployment_keda_2.20.2.json")], [load("daemonset_nvidia_device_plugin.json")], _crd("1.14.1"),
+        load("version_1.34.json"))
     assert r.status == "fail"
     assert any("states several versions (1.14.1, 1.0.2)" in p for p in r.evidence)
     assert catalogue.karpenter_version_problem("1.0.2") in r.evidence
@@ -87,7 +92,9 @@ def test_server_version_parsing():
 
 
 def test_run_reads_the_cluster():
-    kube = FakeKube(deployments=[load("deployment_karpenter_1.14.1.json"), load("deployment_keda_2.20.2.json")],
-                    daemonsets=[load("daemonset_nvidia_device_plugin.json")], crds=[_crd("1.14.1")])
+    kube = FakeKube(deployments=[at_pin(load("deployment_karpenter_1.14.1.json"), "karpenter", "1.14.1"),
+                                 at_pin(load("deployment_keda_2.20.2.json"), "keda", "2.20.2")],
+                    daemonsets=[at_pin(load("daemonset_nvidia_device_plugin.json"), "nvidia-device-plugin", "0.18.0")],
+                    crds=[_crd(catalogue.CHARTS["karpenter-crd"].version)], version=pinned_server())
     r = versions.run(Context(settings=VerifySettings(), kube=kube))
     assert r.status == "pass", r

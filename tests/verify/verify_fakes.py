@@ -35,6 +35,24 @@ def items(name: str) -> list[dict]:
     return load(name)["items"]
 
 
+def at_pin(obj: dict, chart: str, recorded: str) -> dict:
+    """A recorded object restamped at the catalogue's pin for `chart` (labels and image tags), so passing scenarios
+    follow the catalogue when a pin moves instead of restating a version in a test."""
+    from components import catalogue
+
+    return json.loads(json.dumps(obj).replace(recorded, catalogue.CHARTS[chart].version))
+
+
+def pinned_server() -> dict:
+    """The recorded /version answer, restamped at the catalogue's Kubernetes pin."""
+    from components import catalogue
+
+    server = load("version_1.34.json")
+    server["minor"] = catalogue.KUBERNETES_VERSION.split(".")[1]
+    server["gitVersion"] = f"v{catalogue.KUBERNETES_VERSION}.2-eks-113cf36"
+    return server
+
+
 def load_crd(upstream: Path, filename: str) -> dict:
     """An upstream CRD file as the object the cluster would return for it."""
     docs = [d for d in yaml.safe_load_all((upstream / filename).read_text()) if d]

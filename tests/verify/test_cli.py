@@ -1,0 +1,267 @@
+"""The command line: --help, the one-line refusals, stack outputs through a stand-in pulumi, and end to end runs
+against a local Kubernetes API (FakeApiServer) plus SQS/S3/EC2/STS on a real moto_server."""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+from verify_fakes import (FakeApiServer, FakeClock, FakeKube, at_pin, items, load, load_crd, pinned_server,
+                          write_kubeconfig)
+
+from components.verify import cli
+from components.verify.checks import CHECKS
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "c" * 64
+ROLE = "arn:aws:iam::123456789012:role/gpuburst-dev-slides-worker"
+NVIDIA = "amazon-eks-node-al2023-x86_64-nvidia-1.34-v20261101"
+
+
+def _run(args: list[str], env: dict | None = None, module: bool = False) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "components", "verify", *args] if module else [
+        sys.executable, "-c", "import sys; from components.verify.cli import main; raise SystemExit(main(sys.argv[1:]))",
+        *args]
+    full_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    full_env.update(env or {})
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, env=full_env)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_help_lists_every_check_and_what_it_proves():
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as e:
+        sys_stdout, sys.stdout = sys.stdout, out
+        try:
+            cli.main(["--help"])
+        finally:
+            sys.stdout = sys_stdout
+    assert e.value.code == 0
+    text = " ".join(out.getvalue().split())
+    for check in CHECKS:
+        assert f" {check.name} " in text
+        assert " ".join(check.proves.split()[:8]) in text
+    for flag in ("--stack", "--kubeconfig", "--queue-url", "--json", "--skip", "--nodepool", "--namespace",
+                 "--results-bucket", "--results-prefix", "--worker-role-arn", "--grace-s", "--timeout-s"):
+        assert flag in text
+
+
+@pytest.mark.parametrize("module", [False, True])
+def test_unreachable_api_exits_at_once_with_one_line(tmp_path, module):
+    port = _closed_port()
+    kubeconfig = write_kubeconfig(tmp_path, f"https://127.0.0.1:{port}")
+    start = time.monotonic()
+    done = _run(["--kubeconfig", str(kubeconfig)], module=module)
+    elapsed = time.monotonic() - start
+    assert done.returncode != 0
+    assert elapsed < 10
+    lines = done.stderr.strip().splitlines()
+    assert lines == [f"verify: cannot reach the Kubernetes API at https://127.0.0.1:{port}: connection refused — is "
+                     "the kubeconfig for the right cluster?"], done.stderr
+    assert done.stdout == ""
+
+
+def test_no_kubeconfig_at_all_is_one_line(tmp_path):
+    done = _run([], env={"HOME": str(tmp_path)})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "verify: no kubeconfig found ($KUBECONFIG unset, no ~/.kube/config, not in a pod) — pass --kubeconfig PATH "
+        "or --stack NAME"]
+
+
+def test_stack_without_the_pulumi_cli_is_one_line(tmp_path):
+    done = _run(["--stack", "dev"], env={"PATH": str(tmp_path)})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("verify: the pulumi CLI is not installed") and "--kubeconfig" in lines[0]
+
+
+def _fake_pulumi(folder: Path, outputs: dict | None, exit_code: int = 0, stderr: str = "") -> str:
+    """A stand-in `pulumi` on PATH that prints the given outputs (checking the arguments verify passes)."""
+    (folder / "outputs.json").write_text(json.dumps(outputs or {}))
+    script = folder / "pulumi"
+    script.write_text(f"""#!/bin/sh
+[ "$1 $2 $3 $4 $5 $6" = "stack output --json --show-secrets --stack dev" ] || {{ echo "bad args: $*" >&2; exit 3; }}
+[ -n "{stderr}" ] && echo "{stderr}" >&2
+[ {exit_code} -ne 0 ] && exit {exit_code}
+cat "{folder / 'outputs.json'}"
+""")
+    script.chmod(0o755)
+    return f"{folder}:{os.environ.get('PATH', '')}"
+
+
+def test_stack_outputs_feed_the_run(tmp_path):
+    port = _closed_port()
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                  "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+                  "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                  "users": [{"name": "u", "user": {"token": "t"}}]}
+    path = _fake_pulumi(tmp_path, {"kubeconfig": json.dumps(kubeconfig), "queueUrls": {"slides": "https://q"},
+                                   "imageRef": IMAGE})
+    done = _run(["--stack", "dev"], env={"PATH": path})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"verify: cannot reach the Kubernetes API at https://127.0.0.1:{port}: connection refused — is the kubeconfig "
+        "for the right cluster?"]
+
+
+def test_failing_pulumi_is_one_line(tmp_path):
+    path = _fake_pulumi(tmp_path, None, exit_code=255, stderr="error: no stack named 'dev' found")
+    done = _run(["--stack", "dev"], env={"PATH": path})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "verify: `pulumi stack output --stack dev` failed (exit 255): error: no stack named 'dev' found"]
+
+
+def test_settings_from_stack_outputs_and_flags(tmp_path):
+    args = cli.build_parser().parse_args(["--namespace", "override", "--skip", "gpu-job,hardware-ami"])
+    outputs = {"kubeconfig": {"apiVersion": "v1"}, "queueUrls": {"studies": "https://q/2", "slides": "https://q/1"},
+               "workerRoleArns": {"slides": "arn:aws:iam::1:role/s", "studies": "arn:aws:iam::1:role/t"},
+               "imageRef": IMAGE, "resultsBucket": "b", "gpuNodePool": "gpu-a10g", "namespace": "from-stack"}
+    s = cli.settings_from(args, outputs, str(tmp_path))
+    assert [(w.name, w.queue_url, w.worker_role_arn) for w in s.workloads] == [
+        ("slides", "https://q/1", "arn:aws:iam::1:role/s"), ("studies", "https://q/2", "arn:aws:iam::1:role/t")]
+    assert (s.nodepool, s.namespace, s.worker_image, s.results_bucket) == ("gpu-a10g", "override", IMAGE, "b")
+    assert s.skip == ("gpu-job", "hardware-ami")
+    assert json.loads(Path(s.kubeconfig).read_text()) == {"apiVersion": "v1"}
+    assert oct(Path(s.kubeconfig).stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--skip", "gpu"], "verify: --skip 'gpu' is not a check (checks: versions, worker-iam, keda, gpu-job, "
+                        "gpu-allocatable, hardware-ami)"),
+    (["--queue-url", "a", "--queue-url", "b", "--queue-url", "c", "--worker-role-arn", "x", "--worker-role-arn", "y"],
+     "verify: --worker-role-arn given 2 times for 3 --queue-url: give one for all queues or one per queue"),
+])
+def test_bad_flags_are_one_line(argv, message):
+    err = io.StringIO()
+    assert cli.main(argv, stderr=err) == 2
+    assert err.getvalue().strip().splitlines() == [message]
+
+
+def test_aws_only_run_needs_no_cluster(aws, monkeypatch):
+    """With every cluster check skipped, no kubeconfig is needed (worker-iam talks to AWS only)."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")
+    boto3.client("s3").create_bucket(Bucket="gpuburst-dev-results")
+    url = boto3.client("sqs").create_queue(QueueName="gpuburst-dev-slides")["QueueUrl"]
+    out = io.StringIO()
+    rc = cli.main(["--skip", "versions,keda,gpu-job,gpu-allocatable,hardware-ami", "--queue-url", url,
+                   "--worker-role-arn", ROLE, "--results-bucket", "gpuburst-dev-results", "--json"], stdout=out)
+    assert rc == 0, out.getvalue()
+    results = json.loads(out.getvalue())
+    assert [(r["name"], r["status"]) for r in results] == [
+        ("versions", "skipped"), ("worker-iam", "pass"), ("keda", "skipped"), ("gpu-job", "skipped"),
+        ("gpu-allocatable", "skipped"), ("hardware-ami", "skipped")]
+
+
+# --- end to end: the official client over HTTP to a FakeApiServer, AWS on moto_server ------------------------------
+
+def _cluster(upstream_crds, queue_url: str, instance_ids: list[str], *, trap: bool = False) -> FakeKube:
+    nodes = items("nodes_gpu_not_allocatable.json") if trap else items("nodes_gpu_healthy.json")
+    for node, iid in zip(nodes, instance_ids):
+        zone = node["metadata"]["labels"]["topology.kubernetes.io/zone"]
+        node["spec"]["providerID"] = f"aws:///{zone}/{iid}"
+    sj = load("scaledjob_ready.json")
+    sj["spec"]["triggers"][0]["metadata"]["queueURL"] = queue_url
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "nodepools.karpenter.sh"},
+           "spec": {"versions": [{"name": "v1", "served": True, "storage": True}]}}
+    kube = FakeKube(
+        nodes=nodes, pods=items("pods_device_plugin.json"), nodepools=[load("nodepool_gpu.json")],
+        nodeclasses=[load("ec2nodeclass_gpu_swapped.json")],
+        crds=[crd, load_crd(upstream_crds, "keda-v2.20.2-triggerauthentications.yaml")],
+        tas=[load("triggerauthentication_aws.json")], scaled_jobs=[sj],
+        deployments=[at_pin(load("deployment_karpenter_1.14.1.json"), "karpenter", "1.14.1"),
+                     at_pin(load("deployment_keda_2.20.2.json"), "keda", "2.20.2")],
+        daemonsets=[at_pin(load("daemonset_nvidia_device_plugin.json"), "nvidia-device-plugin", "0.18.0")],
+        version=pinned_server())
+
+    looks = {"jobs": 0}
+
+    def keda_reacts(k, ns):  # KEDA creates a Job for the probe a poll after it was sent
+        looks["jobs"] += 1
+        if looks["jobs"] == 3 and not trap:
+            k.jobs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+                "name": "slides-x7p2q", "namespace": "gpuburst", "uid": "uid-slides-x7p2q",
+                "ownerReferences": [{"kind": "ScaledJob", "name": "slides", "uid": sj["metadata"]["uid"]}]},
+                "status": {"active": 1}})
+
+    def gpu_job_runs(k, ns, name):
+        job = next((j for j in k.jobs if j["metadata"]["name"] == name), None)
+        if job is None or job.get("status", {}).get("conditions") or trap:
+            return
+        job["status"] = copy.deepcopy(load("job_gpu_complete.json")["status"])
+        pod = copy.deepcopy(load("pod_gpu_succeeded.json"))
+        pod["metadata"]["name"] = name + "-abcde"
+        pod["metadata"]["labels"]["job-name"] = name
+        k.pods.append(pod)
+        k.logs[name + "-abcde"] = load("nvidia_smi.log")
+
+    kube.on_list_jobs = keda_reacts
+    kube.on_get_job = gpu_job_runs
+    return kube
+
+
+def _aws_world() -> tuple[str, list[str]]:
+    boto3.client("s3").create_bucket(Bucket="gpuburst-dev-results")
+    url = boto3.client("sqs").create_queue(QueueName="gpuburst-dev-slides")["QueueUrl"]
+    ec2 = boto3.client("ec2")
+    ami = ec2.register_image(Name=NVIDIA, Architecture="x86_64", RootDeviceName="/dev/xvda",
+                             VirtualizationType="hvm")["ImageId"]
+    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=ami, InstanceType="g5.xlarge", MinCount=2,
+                                                      MaxCount=2)["Instances"]]
+    return url, ids
+
+
+def _argv(kubeconfig: Path, url: str) -> list[str]:
+    return ["--kubeconfig", str(kubeconfig), "--queue-url", url, "--worker-role-arn", ROLE,
+            "--results-bucket", "gpuburst-dev-results", "--image", IMAGE, "--nodepool", "gpu",
+            "--namespace", "gpuburst", "--timeout-s", "120", "--grace-s", "60", "--connect-timeout-s", "2"]
+
+
+def test_end_to_end_healthy_cluster_passes_every_check(aws, upstream_crds, tmp_path):
+    url, ids = _aws_world()
+    kube = _cluster(upstream_crds, url, ids)
+    with FakeApiServer(kube) as server:
+        out = io.StringIO()
+        rc = cli.main(_argv(server.kubeconfig(tmp_path), url) + ["--json"], clock=FakeClock(), stdout=out)
+    results = json.loads(out.getvalue())
+    assert [(r["name"], r["status"]) for r in results] == [(c.name, "pass") for c in CHECKS], out.getvalue()
+    assert rc == 0
+    assert any("NVIDIA A10G" in r["summary"] for r in results)
+    assert kube.jobs == [] or all(j["metadata"]["name"] != kube.created[0]["metadata"]["name"] for j in kube.jobs)
+    assert any(r.startswith("DELETE /apis/batch/v1/namespaces/gpuburst/jobs/gpuburst-verify-gpu-")
+               for r in server.requests)
+
+
+def test_end_to_end_green_statuses_but_no_gpu_fails_and_exits_1(aws, upstream_crds, tmp_path):
+    url, ids = _aws_world()
+    kube = _cluster(upstream_crds, url, ids, trap=True)
+    with FakeApiServer(kube) as server:
+        out = io.StringIO()
+        rc = cli.main(_argv(server.kubeconfig(tmp_path), url), clock=FakeClock(), stdout=out)
+    text = out.getvalue()
+    assert rc == 1
+    rows = {line.split()[0]: line.split()[1] for line in text.splitlines()
+            if line and not line.startswith((" ", "CHECK", "verify:"))}
+    assert rows == {"versions": "pass", "worker-iam": "pass", "keda": "FAIL", "gpu-job": "FAIL",
+                    "gpu-allocatable": "FAIL", "hardware-ami": "pass"}, text
+    assert "nvidia.com/gpu not allocatable on 1 of 1 node(s) of NodePool gpu: ip-10-0-12-34.ec2.internal " \
+           "(g5.xlarge, up" in text
+    assert "while the NodePool reports Ready=True" in text
+    assert "created no Job within 90 s" in text
+    assert text.strip().splitlines()[-1] == "verify: 3 failed (keda, gpu-job, gpu-allocatable)"
