@@ -57,7 +57,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
                 f"{name}-ns", metadata={"name": args.namespace}, opts=pulumi.ResourceOptions(parent=self))
             depends.append(self.namespace)
         self.chart = k8s.helm.v4.Chart(
-            f"{name}-chart", chart=pin.chart, version=args.version, namespace=args.namespace,
+            f"{name}-chart", name=pin.chart, chart=pin.chart, version=args.version, namespace=args.namespace,
             repository_opts={"repo": pin.repository}, values=device_plugin_values(),
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends))
         self.register_outputs({"version": args.version, "namespace": args.namespace})

@@ -427,12 +427,13 @@ class Karpenter(pulumi.ComponentResource):
         # and karpenter as helm.v3.Release fighting over the CRDs' ownership, skip_crds not honoured) needs two Helm
         # releases to claim the same CRD; here the CRDs come only from karpenter-crd, and v4 honours skip_crds=True on
         # the controller chart (its crds/ directory is not rendered), so exactly one resource owns each CRD.
+        # Release names as upstream installs them (`karpenter`, `karpenter-crd`): the objects keep their usual names.
         crd_pin, pin = CHARTS["karpenter-crd"], CHARTS["karpenter"]
         self.crd_chart = k8s.helm.v4.Chart(
-            f"{name}-crd", chart=f"{crd_pin.repository}/{crd_pin.chart}", version=crd_version,
+            f"{name}-crd", name=crd_pin.chart, chart=f"{crd_pin.repository}/{crd_pin.chart}", version=crd_version,
             namespace=args.namespace, opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.wait_for)))
         self.chart = k8s.helm.v4.Chart(
-            f"{name}-controller", chart=f"{pin.repository}/{pin.chart}", version=args.version,
+            f"{name}-controller", name=pin.chart, chart=f"{pin.repository}/{pin.chart}", version=args.version,
             namespace=args.namespace, skip_crds=True,
             values=karpenter_values(cluster_name=args.cluster_name, queue_name=queue_name, region=region,
                                     service_account=args.service_account, replicas=args.replicas,

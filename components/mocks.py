@@ -126,6 +126,10 @@ class RealisticMocks(pulumi.runtime.Mocks):
         if tok == "aws:index/getAvailabilityZones:getAvailabilityZones":
             zones = [f"{self.region}{z}" for z in "abc"]
             return {"names": zones, "zoneIds": [f"use1-az{i}" for i in (1, 2, 3)], "id": self.region}
+        if tok == "aws:ec2/getSubnets:getSubnets":
+            return {"ids": [f"subnet-0a1b2c3d4e5f6000{i}" for i in (1, 2, 3)], "id": self.region}
+        if tok == "aws:ec2/getVpc:getVpc":
+            return {"id": "vpc-0a1b2c3d4e5f60001", "cidrBlock": "172.31.0.0/16", "default": True}
         if tok == "aws:iam/getPolicyDocument:getPolicyDocument":
             return {"json": json.dumps({"Version": "2012-10-17", "Statement": []}), "id": "doc"}
         return {}

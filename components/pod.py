@@ -12,6 +12,7 @@ from typing import Any
 
 import pulumi
 
+from .nodepool import GPU_PRESENT_LABEL, GPU_TOLERATION
 from .policy_documents import policy_document, queue_consumer_statements, s3_prefix_statements
 from .validation import ConfigError, Rule, is_int_between, validate
 
@@ -27,12 +28,10 @@ TMP_PATH = "/tmp"
 GPU_RESOURCE = "nvidia.com/gpu"
 """Extended resource the NVIDIA device plugin advertises."""
 
-GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
-"""Any node with an NVIDIA GPU: never a single instance type, so Karpenter may pick any GPU type the NodePool allows.
-The GPU NodePool must put this label on its nodes (template labels) so Karpenter knows before launch that they fit."""
-
-GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
-"""Tolerates the `nvidia.com/gpu` NoSchedule taint GPU nodes carry (keeps other pods off the GPUs)."""
+GPU_NODE_SELECTOR = {GPU_PRESENT_LABEL[0]: GPU_PRESENT_LABEL[1]}
+"""Any node with an NVIDIA GPU (`nvidia.com/gpu.present: "true"`): never a single instance type, so Karpenter may pick
+any GPU type the NodePool allows. The GPU NodePool puts this label in its node template, so Karpenter knows before
+launch that a new node fits."""
 
 DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 """Pod annotation: Karpenter must not consolidate or drift a node away while a slide is being processed."""

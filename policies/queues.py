@@ -1,9 +1,12 @@
 """Rule `sqs-work-queue`: every SQS work queue has a dead-letter queue, encryption, and a long enough visibility.
 
-Which queues: every `aws:sqs/queue:Queue` is a work queue unless it is itself a dead-letter queue. A queue is a
-work queue when it is tagged `gpuburst.io/role: work` or has a `redrivePolicy`; it is a DLQ when it is tagged
-`gpuburst.io/role: dead-letter` (or `dlq`), declares a `redriveAllowPolicy`, or its name (the `name` property,
-else the resource name, without `.fifo`) ends in `-dlq`, `_dlq` or `-dead-letter`.
+Which queues: every `aws:sqs/queue:Queue` is a work queue unless it is itself a dead-letter queue or declares
+another role. A queue is a work queue when it is tagged `gpuburst.io/role: work` or has a `redrivePolicy`; it is a
+DLQ when it is tagged `gpuburst.io/role: dead-letter` (or `dlq`), declares a `redriveAllowPolicy`, or its name (the
+`name` property, else the resource name, without `.fifo`) ends in `-dlq`, `_dlq` or `-dead-letter`; a queue tagged
+with any other role (e.g. `gpuburst.io/role: events` on Karpenter's interruption queue, whose consumer deletes every
+message it reads) only has to be encrypted. An untagged queue without a redrive policy that is not named as a DLQ
+is held to the work-queue rules: forgetting the tag must not exempt a queue.
 
 Why: clinical slides pass through these queues, so every queue (the DLQ too: failed messages move there) must be
 encrypted at rest (`sqsManagedSseEnabled: true` or a `kmsMasterKeyId`). A work queue without a redrive policy
@@ -33,10 +36,11 @@ VISIBILITY_FACTOR = 2
 """The visibility timeout must be at least this many times the declared processing time."""
 SQS_DEFAULT_VISIBILITY_S = 30
 """What SQS uses when `visibilityTimeoutSeconds` is not set."""
+KIND_NAMES = {"work": "work queue", "dlq": "dead-letter queue", "other": "queue that is not a work queue"}
 
 
 def role(props: Any, resource_name: str) -> tuple[Optional[str], str]:
-    """("work" | "dlq" | None when it cannot be told during preview, why)."""
+    """("work" | "dlq" | "other" | None when it cannot be told during preview, why)."""
     tags = dig(props, "tags")
     redrive = dig(props, "redrivePolicy")
     tag = dig(props, "tags", TAG_ROLE)
@@ -46,6 +50,8 @@ def role(props: Any, resource_name: str) -> tuple[Optional[str], str]:
         return "dlq", f"{tag.path} = {fmt(tag.value)}"
     if not redrive.missing:
         return "work", "it has a redrivePolicy"
+    if isinstance(tag.value, str) and tag.value.strip():
+        return "other", f"{tag.path} = {fmt(tag.value)} declares it is not a work queue"
     if not dig(props, "redriveAllowPolicy").missing:
         return "dlq", "it declares a redriveAllowPolicy"
     if tags.unknown or tag.unknown:
@@ -132,7 +138,7 @@ def problems(props: Any, resource_name: str = "") -> list[str]:
         tagged = dig(props, "tags", TAG_ROLE).value
         out += [_redrive_problem(props),
                 _visibility_problem(props, isinstance(tagged, str) and tagged.strip().lower() == ROLE_WORK)]
-    suffix = f" (a {'work queue' if kind == 'work' else 'dead-letter queue'}: {why})"
+    suffix = f" (a {KIND_NAMES[kind]}: {why})"
     return [p + suffix for p in out if p]
 
 

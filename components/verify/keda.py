@@ -438,7 +438,7 @@ def judge_keda_static(operator: list[dict], ta_crd: dict | None, cta_crd: dict |
         problems.append(f"no keda-operator Deployment ({OPERATOR_SELECTOR}) in the cluster")
     for dep in operator:
         found = workload_versions(dep, "keda")
-        evidence.append(f"Deployment {ns_name(dep)}: " + (", ".join(f"{k}={v}" for k, v in found.items()) or
+        evidence.append(f"Deployment {ns_name(dep)}: " + ("; ".join(f"{k} says {v}" for k, v in found.items()) or
                                                           "states no version"))
         for v in found.values():
             p = catalogue.keda_version_problem(v)
@@ -511,7 +511,7 @@ def run(ctx) -> CheckResult:
                 problems.append(verdict)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        return CheckResult(NAME, FAIL, problems[0] + more, problems + evidence)
+        return CheckResult(NAME, FAIL, problems[0] + more, problems + [e for e in evidence if e not in problems])
     return CheckResult(NAME, PASS, f"KEDA {version or '?'}: {len(tas) + len(ctas)} TriggerAuthentication(s) valid, "
                                    f"{len(sjs)} ScaledJob(s) Ready and each created a Job for a probe message",
                        evidence)

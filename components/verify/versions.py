@@ -36,7 +36,7 @@ def _component(chart: str, objects: list[dict], kind: str, evidence: list[str],
     pin = catalogue.CHARTS[chart].version if chart in catalogue.CHARTS else None
     for obj in objects:
         found = workload_versions(obj, chart)
-        evidence.append(f"{kind} {ns_name(obj)}: " + (", ".join(f"{k}={v}" for k, v in found.items())
+        evidence.append(f"{kind} {ns_name(obj)}: " + ("; ".join(f"{k} says {v}" for k, v in found.items())
                                                       or "states no version"))
         distinct = []
         for v in found.values():
@@ -80,7 +80,7 @@ def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[
         stamps = workload_versions(nodepool_crd, "karpenter-crd")
         served = [v.get("name") for v in (nodepool_crd.get("spec") or {}).get("versions") or [] if v.get("served")]
         strategy = ((nodepool_crd.get("spec") or {}).get("conversion") or {}).get("strategy", "None")
-        evidence.append(f"CRD {NODEPOOL_CRD}: " + (", ".join(f"{k}={v}" for k, v in stamps.items()) or
+        evidence.append(f"CRD {NODEPOOL_CRD}: " + ("; ".join(f"{k} says {v}" for k, v in stamps.items()) or
                                                    "no chart version stamp") +
                         f"; serves {', '.join(served)}; conversion {strategy}")
         if stamps:
@@ -110,7 +110,7 @@ def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[
                     problems.append(p)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        return CheckResult(NAME, FAIL, problems[0] + more, problems + evidence)
+        return CheckResult(NAME, FAIL, problems[0] + more, problems + [e for e in evidence if e not in problems])
     return CheckResult(NAME, PASS, f"karpenter {kv}, karpenter-crd {crdv or 'unstamped'}, keda {kedav}, Kubernetes "
                                    f"{k8s}: all pass the catalogue and match its pins", evidence)
 

@@ -26,7 +26,7 @@ def test_chart_under_mocks_is_pinned_from_the_catalogue():
     [chart] = res.monitor.by_type("kubernetes:helm.sh/v4:Chart")
     [ns] = res.monitor.by_type("kubernetes:core/v1:Namespace")
     assert chart.parent == component.urn and ns.parent == component.urn
-    assert chart.properties["chart"] == PIN.chart
+    assert chart.properties["chart"] == chart.properties["name"] == PIN.chart
     assert chart.properties["version"] == PIN.version
     assert chart.properties["repositoryOpts"] == {"repo": PIN.repository}
     assert chart.properties["namespace"] == PIN.namespace == ns.properties["metadata"]["name"]

@@ -233,6 +233,7 @@ def test_two_v4_charts_at_the_catalogue_version(karpenter):
     assert ctl.properties["chart"] == f"{pin.repository}/{pin.chart}"
     assert ctl.properties["version"] == pin.version
     assert ctl.properties["skipCrds"] is True and not crd.properties.get("skipCrds")
+    assert (crd.properties["name"], ctl.properties["name"]) == ("karpenter-crd", "karpenter")
     assert crd.properties["namespace"] == ctl.properties["namespace"] == pin.namespace
     assert crd.urn in ctl.dependencies
     [assoc] = karpenter.monitor.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")

@@ -210,3 +210,16 @@ def test_plan_normalisation_makes_up_names_and_urns():
     res = plan["resources"][0]
     assert res["name"] == "queue-0" and res["urn"] == "urn:pulumi:prod::gpuburst::aws:sqs/queue:Queue::queue-0"
     assert res["parent"] == "" and res["dependencies"] == []
+
+
+def test_hand_written_compliant_samples_are_valid_against_the_upstream_crds(samples, upstream_crds):
+    from tests.components.crd_oracle import validate_against_crd
+
+    for props, crd in ((samples.gpu_nodepool(), "karpenter-v1.14.1-nodepools.yaml"),
+                       (samples.cpu_nodepool(), "karpenter-v1.14.1-nodepools.yaml"),
+                       (pinned_nodepool(samples), "karpenter-v1.14.1-nodepools.yaml"),
+                       (samples.nodeclass(), "karpenter-v1.14.1-ec2nodeclasses.yaml"),
+                       (samples.trigger_auth(), "keda-v2.20.2-triggerauthentications.yaml"),
+                       (samples.scaled_job(), "keda-v2.20.2-scaledjobs.yaml")):
+        assert validate_against_crd(props, upstream_crds / crd) == [], (props["kind"], crd)
+    # The pinned pool is valid to the API server: only the policy stops it.

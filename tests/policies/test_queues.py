@@ -118,3 +118,16 @@ def test_tag_names_match_the_components():
     assert rule.VISIBILITY_FACTOR == queue.VISIBILITY_FACTOR
     assert queue.queue_tags(queue.WorkQueueArgs(expected_processing_s=1), "dead-letter")[rule.TAG_ROLE] \
         in rule.DLQ_ROLES
+
+
+def test_a_declared_other_role_needs_only_encryption(run_rule, samples):
+    events = {"sqsManagedSseEnabled": True, "messageRetentionSeconds": 300,
+              "tags": {"gpuburst.io/role": "events"}}
+    assert check(run_rule, samples, events) == []
+    events["sqsManagedSseEnabled"] = False
+    messages = check(run_rule, samples, events)
+    assert len(messages) == 1 and "(a queue that is not a work queue:" in messages[0]
+    # A role tag cannot exempt a queue that has a redrive policy: that makes it a work queue.
+    redriven = dict(samples.work_queue(), tags={"gpuburst.io/role": "events"}, sqsManagedSseEnabled=False)
+    messages = check(run_rule, samples, redriven)
+    assert len(messages) == 1 and "(a work queue: it has a redrivePolicy)" in messages[0]

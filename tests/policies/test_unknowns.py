@@ -1,6 +1,8 @@
 """Tests for the preview backstop: unknowns become markers, escaped unknowns and crashes become violations."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy
 from pulumi_policy.deserialize import deserialize_properties
@@ -97,6 +99,6 @@ def test_over_grpc_the_same_plan_with_plan_markers(analyze, samples):
     from components.mocks import UNKNOWN as PLAN_UNKNOWN
 
     doc = unknown_everywhere(samples)
-    text = __import__("json").dumps(doc).replace(samples.U, PLAN_UNKNOWN)
-    report = analyze(__import__("json").loads(text))
+    text = json.dumps(doc).replace(samples.U, PLAN_UNKNOWN)
+    report = analyze(json.loads(text))
     assert {d.policy for d in report.mandatory} == {d.policy for d in analyze(doc).mandatory}

@@ -1,0 +1,67 @@
+"""The dev stack's real plan (the lead's offline synth) passes the pack, and fails once its NodePool is pinned.
+
+This runs `python -m components synth --stack dev --out TMP` in a subprocess, then the pack over the plan it wrote.
+It is not skipped when the synth is missing or broken: the stack is what the pack exists to guard.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SYNTH_TIMEOUT_S = 300
+IT = "node.kubernetes.io/instance-type"
+
+
+@pytest.fixture(scope="module")
+def dev_plan(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("synth")
+    result = subprocess.run([sys.executable, "-m", "components", "synth", "--stack", "dev", "--out", str(out)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=SYNTH_TIMEOUT_S,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, f"the synth failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    plan_path = out / "plan.json"
+    assert plan_path.is_file(), f"the synth wrote no {plan_path}"
+    return json.loads(plan_path.read_text(encoding="utf-8"))
+
+
+def test_dev_plan_has_the_resources_the_rules_judge(dev_plan):
+    types = {r["type"] for r in dev_plan["resources"]}
+    for expected in ("kubernetes:karpenter.sh/v1:NodePool", "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass",
+                     "kubernetes:keda.sh/v1alpha1:TriggerAuthentication", "aws:sqs/queue:Queue",
+                     "kubernetes:helm.sh/v4:Chart", "eks:index:Cluster"):
+        assert expected in types, f"{expected} not in the dev plan (types: {sorted(types)})"
+
+
+def test_dev_plan_passes_with_no_mandatory_violation(dev_plan, analyze):
+    report = analyze(dev_plan)
+    assert report.mandatory == [], "\n".join(d.line() for d in report.mandatory)
+
+
+def test_dev_plan_with_its_nodepool_pinned_to_one_type_fails(dev_plan, analyze):
+    plan = copy.deepcopy(dev_plan)
+    pools = [r for r in plan["resources"] if r["type"] == "kubernetes:karpenter.sh/v1:NodePool"]
+    assert pools, "no NodePool in the dev plan"
+    pool = pools[0]
+    reqs = pool["properties"]["spec"]["template"]["spec"].setdefault("requirements", [])
+    listed = [v for r in reqs if r.get("key") == IT and r.get("operator") == "In" for v in r.get("values", [])]
+    only = listed[0] if listed else "g5.xlarge"
+    reqs[:] = [r for r in reqs if r.get("key") != IT] + [{"key": IT, "operator": "In", "values": [only]}]
+    report = analyze(plan)
+    found = [d for d in report.mandatory if d.policy == "nodepool-instance-diversity"]
+    assert len(found) == 1 and found[0].urn == pool["urn"] and repr(only) in found[0].message, report.diagnostics
+
+
+def test_the_cli_on_the_dev_plan_exits_0(dev_plan, tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(dev_plan), encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "policies", "check", str(path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("policy check passed")

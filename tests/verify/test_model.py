@@ -1,0 +1,32 @@
+"""model.py: CheckResult, timestamps and ages."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from components.verify.model import CheckResult, age_s, fmt_age, parse_time
+
+
+def test_check_result_refuses_an_unknown_status():
+    with pytest.raises(ValueError, match="pending"):
+        CheckResult("gpu-allocatable", "pending", "x")
+
+
+def test_check_result_to_dict_is_the_json_shape():
+    assert CheckResult("versions", "pass", "ok", ["a"]).to_dict() == {
+        "name": "versions", "status": "pass", "summary": "ok", "evidence": ["a"]}
+
+
+def test_parse_time_and_age():
+    now = datetime(2026, 11, 2, 10, 0, tzinfo=timezone.utc)
+    assert parse_time("2026-11-02T09:40:00Z") == datetime(2026, 11, 2, 9, 40, tzinfo=timezone.utc)
+    assert parse_time("2026-11-02T09:40:00.123456Z").microsecond == 123456
+    assert parse_time(None) is None and parse_time("yesterday") is None
+    assert age_s({"metadata": {"creationTimestamp": "2026-11-02T09:40:00Z"}}, now) == 1200
+    assert age_s({"metadata": {}}, now) is None
+
+
+@pytest.mark.parametrize("s,text", [(42, "42s"), (432, "7m12s"), (11100, "3h05m"), (None, "unknown age")])
+def test_fmt_age(s, text):
+    assert fmt_age(s) == text

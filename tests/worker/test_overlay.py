@@ -1,0 +1,148 @@
+"""Overlays: lossless tiled pyramidal OME-TIFF whose UTF-8 OME-XML validates and keeps µm; the PNG preview."""
+from __future__ import annotations
+
+import imagecodecs
+import numpy as np
+import ome_types
+import pytest
+import tifffile
+
+from worker.overlay import (
+    OverlaySettings, build_ome_xml, colorize, level_sizes, render_preview, write_overlay, write_png,
+)
+
+CLASSES = ["background", "nuclei", "vessel"]
+COLORS = [(0, 0, 0), (40, 90, 230), (230, 60, 40)]
+
+
+def _labels(h, w, seed=0):
+    rng = np.random.default_rng(seed)
+    lab = np.zeros((h, w), np.uint8)
+    for _ in range(40):  # blobs, so the map compresses like a real one
+        y, x = rng.integers(0, h), rng.integers(0, w)
+        lab[y : y + 30, x : x + 50] = rng.integers(1, 3)
+    return lab
+
+
+def _bands(lab, rows=256):
+    for y in range(0, lab.shape[0], rows):
+        yield lab[y : y + rows]
+
+
+def _write(path, lab, mpp=1.0, **kw):
+    h, w = lab.shape
+    return write_overlay(path, _bands(lab), width=w, height=h, mpp_x=mpp, mpp_y=mpp, classes=CLASSES, colors=COLORS,
+                         name="t", description="test overlay, 1 µm pixels", provenance={"slide": "s.tif"}, **kw)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    lab = _labels(1100, 1500)
+    path = tmp_path_factory.mktemp("ov") / "o.overlay.ome.tif"
+    return lab, _write(path, lab, mpp=1.0)
+
+
+def test_pyramid_of_lossless_tiles_with_exact_levels(written):
+    lab, res = written
+    assert res.levels == [(1500, 1100), (375, 275), (94, 69)]
+    with tifffile.TiffFile(res.path) as tif:
+        base = tif.pages.first
+        assert base.is_tiled and (base.tilewidth, base.tilelength) == (256, 256)
+        assert base.compression == tifffile.COMPRESSION.ADOBE_DEFLATE
+        assert len(base.subifds) == 2 and len(tif.pages) == 1  # reduced levels are SubIFDs
+        levels = tif.series[0].levels
+        assert len(levels) >= 2
+        assert np.array_equal(levels[0].asarray(), lab)
+        assert np.array_equal(levels[1].asarray(), lab[::4, ::4])  # nearest: labels are never blended
+        assert np.array_equal(levels[2].asarray(), lab[::16, ::16])
+        num, den = base.tags["XResolution"].value
+        assert num / den == pytest.approx(1e4) and base.tags["ResolutionUnit"].value == tifffile.RESUNIT.CENTIMETER
+    assert res.class_pixels == np.bincount(lab.ravel(), minlength=3).tolist()
+    assert not res.bigtiff
+
+
+def test_ome_xml_is_utf8_bytes_valid_and_says_micrometre(written):
+    _, res = written
+    with tifffile.TiffFile(res.path) as tif:
+        raw = tif.pages.first.tags["ImageDescription"].value
+    data = res.path.read_bytes()
+    assert 'PhysicalSizeXUnit="µm"'.encode("utf-8") in data  # stored as UTF-8, U+00B5
+    assert b'PhysicalSizeXUnit="um"' not in data
+    ome = ome_types.from_xml(raw, validate=True)  # schema validation needs lxml, installed with the dev deps
+    px = ome.images[0].pixels
+    assert (px.size_x, px.size_y, px.physical_size_x, px.physical_size_y) == (1500, 1100, 1.0, 1.0)
+    assert px.physical_size_x_unit.value == "µm" and px.physical_size_y_unit.value == "µm"
+    classes = {m.k: m.value for m in ome.structured_annotations.map_annotations[0].value.ms}
+    assert classes == {"0": "background", "1": "nuclei", "2": "vessel"}
+
+
+def test_the_schema_rejects_um_so_validation_means_something():
+    xml = build_ome_xml(name="x", width=10, height=10, mpp_x=1, mpp_y=1, classes=CLASSES)
+    ome_types.from_xml(xml, validate=True)
+    with pytest.raises(Exception):
+        ome_types.from_xml(xml.replace('Unit="µm"', 'Unit="um"'), validate=True)
+
+
+def test_a_str_description_with_micro_sign_is_what_tifffile_refuses(tmp_path):
+    """Why the overlay hands tifffile bytes: the same XML as a str fails with tifffile's 7-bit ASCII rule."""
+    xml = build_ome_xml(name="x", width=64, height=64, mpp_x=1, mpp_y=1, classes=CLASSES)
+    data = np.zeros((64, 64), np.uint8)
+    with pytest.raises(ValueError, match="TIFF strings must be 7-bit ASCII"):
+        tifffile.imwrite(tmp_path / "str.tif", data, description=xml, metadata=None)
+    tifffile.imwrite(tmp_path / "bytes.tif", data, description=xml.encode("utf-8"), metadata=None)
+    with tifffile.TiffFile(tmp_path / "bytes.tif") as tif:
+        assert "µm" in tif.pages.first.description
+    # And ASCII-only XML would pass as a str: the micro sign is the whole problem.
+    tifffile.imwrite(tmp_path / "ascii.tif", data, description=xml.replace("µ", "u"), metadata=None)
+
+
+def test_bigtiff_when_forced_and_when_large(tmp_path):
+    lab = _labels(300, 300)
+    res = _write(tmp_path / "big.ome.tif", lab, settings=OverlaySettings(bigtiff=True))
+    with tifffile.TiffFile(res.path) as tif:
+        assert tif.is_bigtiff and np.array_equal(tif.series[0].levels[0].asarray(), lab)
+        ome_types.from_xml(tif.pages.first.description, validate=True)
+
+
+def test_small_overlays_still_have_two_levels_and_lzw_works(tmp_path):
+    lab = _labels(40, 60)
+    res = _write(tmp_path / "s.ome.tif", lab, settings=OverlaySettings(compression="lzw"))
+    assert res.levels == [(60, 40), (15, 10)]
+    with tifffile.TiffFile(res.path) as tif:
+        assert tif.pages.first.compression == tifffile.COMPRESSION.LZW
+        assert np.array_equal(tif.series[0].levels[1].asarray(), lab[::4, ::4])
+
+
+def test_level_factor_two():
+    assert level_sizes(1000, 600, 256, 2) == [(1000, 600), (500, 300), (250, 150)]
+
+
+def test_lossy_codecs_are_refused():
+    with pytest.raises(ValueError, match="compression='jpeg'.*lossless"):
+        OverlaySettings(compression="jpeg")
+
+
+def test_band_of_the_wrong_shape_is_an_error(tmp_path):
+    def bad():
+        yield np.zeros((256, 99), np.uint8)
+
+    with pytest.raises(ValueError, match=r"overlay band at row 0: got shape \(256, 99\), expected \(256, 100\)"):
+        write_overlay(tmp_path / "x.tif", bad(), width=100, height=300, mpp_x=1, mpp_y=1, classes=CLASSES)
+
+
+def test_spool_files_are_cleaned_up(tmp_path):
+    _write(tmp_path / "c.ome.tif", _labels(600, 600))
+    assert [p.name for p in tmp_path.iterdir()] == ["c.ome.tif"]
+
+
+def test_preview_colours_classes_over_the_thumbnail(tmp_path):
+    thumb = np.full((100, 200, 3), 240, np.uint8)
+    lab = np.zeros((50, 100), np.uint8)
+    lab[10:20, 10:30] = 1
+    img = render_preview(thumb, lab, COLORS, alpha=0.5, max_side=100)
+    assert img.shape == (50, 100, 3)
+    assert tuple(img[0, 0]) == (240, 240, 240)  # background left clear
+    assert tuple(img[15, 20]) == (140, 165, 235)  # half nuclei blue over glass
+    path = write_png(tmp_path / "p.png", img)
+    assert np.array_equal(imagecodecs.png_decode(path.read_bytes()), img)
+    assert colorize(np.array([[2, 7]], np.uint8), COLORS).tolist() == [[[230, 60, 40], [255, 255, 255]]]
