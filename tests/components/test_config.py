@@ -113,3 +113,9 @@ def test_alarm_emails_are_required():
 def test_other_namespaces_are_ignored():
     cfg = parse_config({**MINIMAL, "aws:region": "eu-central-1", "pulumi:tags": "{}"})
     assert cfg.region == "eu-central-1"
+
+
+def test_readme_documents_every_key():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [k for k in CONFIG_KEYS if f"`gpuburst:{k}`" not in readme]
+    assert missing == []

@@ -39,10 +39,10 @@ def test_sqs_round_trip_with_attributes_receive_release_delete(aws):
 
 
 def test_s3_put_get_delete_and_assumed_role(aws):
-    boto3.client("s3").create_bucket(Bucket="b")
+    boto3.client("s3").create_bucket(Bucket="verify-bucket")
     worker = Aws("us-east-1").assume_role("arn:aws:iam::123456789012:role/w")
-    worker.put_object("b", "k", b"x")
-    assert worker.get_object("b", "k") == b"x"
-    worker.delete_object("b", "k")
-    with pytest.raises(AwsError, match=r"^s3:GetObject on s3://b/k: NoSuchKey"):
-        worker.get_object("b", "k")
+    worker.put_object("verify-bucket", "k", b"x")
+    assert worker.get_object("verify-bucket", "k") == b"x"
+    worker.delete_object("verify-bucket", "k")
+    with pytest.raises(AwsError, match=r"^s3:GetObject on s3://verify-bucket/k: NoSuchKey"):
+        worker.get_object("verify-bucket", "k")

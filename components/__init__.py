@@ -1,0 +1,51 @@
+"""gpuburst: Pulumi components for bursty, queue-driven GPU inference on AWS EKS (imported as `gpuburst` once installed).
+
+The public surface is listed in `__all__`. Names load lazily, so `components.catalogue` (read by the policy pack and
+`verify`) does not pull in the Pulumi providers.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    # The whole product
+    "GpuBurstPlatform": "platform",
+    "StackConfig": "config", "WorkloadConfig": "config", "parse_config": "config",
+    # Cluster and nodes
+    "Cluster": "cluster", "ClusterArgs": "cluster",
+    "Karpenter": "karpenter", "KarpenterArgs": "karpenter",
+    "Ec2NodeClass": "nodeclass", "Ec2NodeClassArgs": "nodeclass", "ec2_nodeclass_manifest": "nodeclass",
+    "GpuNodePool": "nodepool", "GpuNodePoolArgs": "nodepool", "gpu_nodepool_manifest": "nodepool",
+    "NvidiaDevicePlugin": "device_plugin", "NvidiaDevicePluginArgs": "device_plugin",
+    # KEDA and the two workload patterns
+    "Keda": "keda", "KedaArgs": "keda", "TriggerAuthSpec": "keda",
+    "GpuScaledJob": "scaledjob", "GpuScaledJobArgs": "scaledjob", "ScaledJobSettings": "scaledjob",
+    "GpuConsumer": "consumer", "GpuConsumerArgs": "consumer",
+    "WorkerPodSettings": "pod",
+    "WorkloadFacts": "chooser", "PatternChoice": "chooser", "choose_pattern": "chooser",
+    "require_pattern": "chooser",
+    # Queues, storage, image, identity
+    "WorkQueue": "queue", "WorkQueueArgs": "queue",
+    "SlideStorage": "storage", "SlideStorageArgs": "storage",
+    "WorkerImage": "image", "WorkerImageArgs": "image",
+    "WorkloadIdentity": "identity", "WorkloadIdentityArgs": "identity",
+    # Errors and the version catalogue
+    "ConfigError": "validation",
+    "catalogue": "",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f".{_EXPORTS[name] or name}", __name__)
+    value = module if not _EXPORTS[name] else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
