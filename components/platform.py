@@ -106,11 +106,13 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace, self.nodepool.resource,
                                                                self.device_plugin.chart]))
             common = dict(cluster_name=prefix, namespace=WORKLOAD_NAMESPACE, queue_url=queue.queue_url,
-                          queue_arn=queue.queue_arn, bucket_arn=self.storage.results_bucket_arn, pod=pod,
+                          queue_arn=queue.queue_arn, bucket_arn=self.storage.results_bucket_arn,
+                          slides_bucket_arn=self.storage.slides_bucket_arn, pod=pod,
                           slides_prefix=self.storage.slides_prefix, results_prefix=self.storage.results_prefix)
             if choices[w.name].pattern == "scaledjob":
                 self.workloads[w.name] = GpuScaledJob(f"{w.name}", GpuScaledJobArgs(
-                    keda=self.keda, facts=workload_facts(w), **common), opts=workload_opts)
+                    keda=self.keda, facts=workload_facts(w), scaler_identity_owner=config.keda_identity_owner,
+                    **common), opts=workload_opts)
             else:
                 self.workloads[w.name] = GpuConsumer(f"{w.name}", GpuConsumerArgs(**common), opts=workload_opts)
 

@@ -398,7 +398,7 @@ class Pack:
                 try:
                     proc.wait(timeout=self.stop_timeout_s)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
+                    pass
                     try:
                         proc.wait(timeout=self.stop_timeout_s)
                     except subprocess.TimeoutExpired:

@@ -103,6 +103,8 @@ class Predictor:
         self.device = model.device
         self.settings = (settings or InferenceSettings()).resolved(self.device)
         amp = self.settings.amp
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # batches have one shape: let cuDNN pick the fastest kernels
         self._amp = (
             (lambda: torch.autocast("cuda", dtype=torch.bfloat16 if amp == "bf16" else torch.float16))
             if amp in ("bf16", "fp16")

@@ -62,6 +62,8 @@ def _reason(exc: BaseException) -> str:
         return "the connection opened but the API did not answer (read timeout)"
     if isinstance(inner, (urllib3.exceptions.SSLError, ssl.SSLError)):
         return f"TLS handshake failed ({text.splitlines()[-1][:200]})"
+    if isinstance(inner, urllib3.exceptions.ProtocolError):
+        return "the server closed the connection without an answer (not a Kubernetes API, or a proxy in between?)"
     if "refused" in text.lower():
         return "connection refused"
     return text.splitlines()[0][:200] if text else type(exc).__name__

@@ -98,3 +98,40 @@ def test_broken_kubeconfig_and_missing_exec_plugin(tmp_path):
         "exec: {apiVersion: client.authentication.k8s.io/v1beta1, command: aws-cli-not-installed, args: [eks]}"))
     with pytest.raises(KubeUnreachable, match="cannot get credentials .*aws-cli-not-installed"):
         connect(str(exec_cfg))
+
+
+def test_no_retries_a_server_that_hangs_up_is_tried_once(tmp_path):
+    """urllib3 would retry a dropped connection 3 more times; verify must try once and say why."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.1)
+    accepted = []
+    stop = threading.Event()
+
+    def hang_up():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            accepted.append(1)
+            conn.recv(65536)
+            conn.close()
+
+    t = threading.Thread(target=hang_up, daemon=True)
+    t.start()
+    port = listener.getsockname()[1]
+    try:
+        with pytest.raises(KubeUnreachable) as e:
+            connect(str(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}")), connect_timeout_s=2)
+    finally:
+        stop.set()
+        t.join(5)
+        listener.close()
+    assert len(accepted) == 1
+    assert str(e.value).startswith(f"cannot reach the Kubernetes API at http://127.0.0.1:{port}: the server closed "
+                                   "the connection without an answer")
+    assert "\n" not in str(e.value)
