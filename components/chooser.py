@@ -145,3 +145,15 @@ def require_pattern(facts: WorkloadFacts, pattern: str) -> PatternChoice:
                               f"a ScaledJob cannot carry this work: {why} (GpuConsumer; {choice.jobs_s:,.0f} s as "
                               f"jobs vs {choice.consumer_s:,.0f} s as one consumer per burst)")
     return choice
+
+
+ORDERED_ANNOTATION = "gpuburst.io/ordered"
+"""Annotation carrying WorkloadFacts.ordered on the rendered ScaledJob/Deployment (read by the policy pack)."""
+STATEFUL_ANNOTATION = "gpuburst.io/stateful"
+"""Annotation carrying WorkloadFacts.state_across_messages on the rendered ScaledJob/Deployment."""
+
+
+def fact_annotations(facts: WorkloadFacts) -> dict[str, str]:
+    """The workload's declared facts as annotations, so a policy can judge the rendered object during preview."""
+    return {ORDERED_ANNOTATION: str(facts.ordered).lower(),
+            STATEFUL_ANNOTATION: str(facts.state_across_messages).lower()}

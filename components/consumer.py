@@ -20,6 +20,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .chooser import WorkloadFacts, fact_annotations
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .pod import WORKER_LABEL, WorkerPodSettings, hardened_pod_template, worker_network_policy, worker_policy
 
@@ -30,8 +31,11 @@ def consumer_labels(name: str) -> dict[str, str]:
 
 
 def consumer_deployment_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[str],
-                                 service_account_name: str, pod: WorkerPodSettings) -> dict[str, Any]:
-    """The apps/v1 Deployment (plain dict; queue URL and image may be Outputs): one replica, Recreate."""
+                                 service_account_name: str, pod: WorkerPodSettings,
+                                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The apps/v1 Deployment (plain dict; queue URL and image may be Outputs): one replica, Recreate.
+
+    `annotations` (e.g. `chooser.fact_annotations(facts)`) go on the Deployment's metadata."""
     labels = consumer_labels(name)
     command = ["python", "-m", "worker", "consume", "--mode", "service", "--queue-url", queue_url]
     template = hardened_pod_template(pod, command=command, queue_url=queue_url,
@@ -40,7 +44,8 @@ def consumer_deployment_manifest(*, name: str, namespace: str, queue_url: pulumi
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                     **({"annotations": dict(annotations)} if annotations else {})},
         "spec": {
             # Exactly one: one model in GPU memory, one holder of per-study state (see the module docstring).
             "replicas": 1,
@@ -92,6 +97,9 @@ class GpuConsumerArgs:
     """Add a PodDisruptionBudget (maxUnavailable 0) so drains wait for the consumer. Default False (see module)."""
     network_policy: bool = True
     """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS). Default True."""
+    facts: WorkloadFacts | None = None
+    """The workload's declared facts, written as `gpuburst.io/ordered`/`stateful` annotations for the policy pack.
+    Default None (no annotations)."""
 
 
 class GpuConsumer(pulumi.ComponentResource):
@@ -105,7 +113,8 @@ class GpuConsumer(pulumi.ComponentResource):
         super().__init__("gpuburst:index:GpuConsumer", name, None, opts)
         self.service_account_name = f"{name}-worker"
         manifest = consumer_deployment_manifest(name=name, namespace=args.namespace, queue_url=args.queue_url,
-                                                service_account_name=self.service_account_name, pod=args.pod)
+                                                service_account_name=self.service_account_name, pod=args.pod,
+                                                annotations=fact_annotations(args.facts) if args.facts else None)
         policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
                                slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
                                bucket_kms_key_arn=args.bucket_kms_key_arn,

@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 from .catalogue import CHARTS, KUBERNETES_VERSION, combination_problems, karpenter_version_problem
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .nodepool import POOL_LABEL
+from .queue import TAG_ROLE
 from .validation import ConfigError, Rule, validate
 
 SERVICE_ACCOUNT = "karpenter"
@@ -374,7 +375,8 @@ class Karpenter(pulumi.ComponentResource):
         # Interruption handling: EventBridge -> SQS -> Karpenter cordons and drains before EC2 takes the node.
         self.queue = aws.sqs.Queue(
             f"{name}-interruptions", name=queue_name, message_retention_seconds=300, sqs_managed_sse_enabled=True,
-            tags=tags or None, opts=child)
+            # Not a work queue: EC2 events Karpenter reads within minutes, so no DLQ (the policy pack reads the role).
+            tags={**(tags or {}), TAG_ROLE: "events"}, opts=child)
         self.rules: dict[str, aws.cloudwatch.EventRule] = {}
         for key, pattern in interruption_event_patterns().items():
             rule = aws.cloudwatch.EventRule(

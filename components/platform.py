@@ -114,7 +114,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                     keda=self.keda, facts=workload_facts(w), scaler_identity_owner=config.keda_identity_owner,
                     **common), opts=workload_opts)
             else:
-                self.workloads[w.name] = GpuConsumer(f"{w.name}", GpuConsumerArgs(**common), opts=workload_opts)
+                self.workloads[w.name] = GpuConsumer(f"{w.name}", GpuConsumerArgs(facts=workload_facts(w), **common),
+                                                     opts=workload_opts)
 
         self.cluster_name = prefix
         self.kubeconfig_json = self.cluster.kubeconfig_json

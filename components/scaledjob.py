@@ -18,7 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .catalogue import KEDA_VERSION
-from .chooser import WorkloadFacts, require_pattern
+from .chooser import WorkloadFacts, fact_annotations, require_pattern
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .keda import Keda, KedaScalerAuth, KedaScalerAuthArgs
 from .keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
@@ -84,8 +84,11 @@ def check_scaled_job_settings(s: ScaledJobSettings, facts: WorkloadFacts) -> Non
 
 def scaled_job_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[str], region: str, auth_name: str,
                         service_account_name: str, pod: WorkerPodSettings, settings: ScaledJobSettings,
-                        keda_version: str = KEDA_VERSION) -> dict[str, Any]:
-    """The ScaledJob manifest (plain dict; queue URL and image may be Outputs), checked against `keda_version`."""
+                        keda_version: str = KEDA_VERSION,
+                        annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ScaledJob manifest (plain dict; queue URL and image may be Outputs), checked against `keda_version`.
+
+    `annotations` (e.g. `chooser.fact_annotations(facts)`) go on the ScaledJob's metadata."""
     labels = {"app.kubernetes.io/name": WORKER_LABEL, "app.kubernetes.io/instance": name,
               "app.kubernetes.io/component": "scaledjob"}
     command = ["python", "-m", "worker", "consume", "--mode", "job", "--queue-url", queue_url,
@@ -125,6 +128,8 @@ def scaled_job_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[st
         spec["scalingStrategy"] = {"strategy": settings.scaling_strategy}
     manifest = {"apiVersion": API_VERSION, "kind": "ScaledJob",
                 "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": spec}
+    if annotations:
+        manifest["metadata"]["annotations"] = dict(annotations)
     return check_keda_manifest(manifest, keda_version)
 
 
@@ -187,7 +192,7 @@ class GpuScaledJob(pulumi.ComponentResource):
         manifest = scaled_job_manifest(
             name=name, namespace=args.namespace, queue_url=args.queue_url, region=args.pod.region,
             auth_name=auth_name, service_account_name=self.service_account_name, pod=args.pod, settings=settings,
-            keda_version=args.keda.version)
+            keda_version=args.keda.version, annotations=fact_annotations(args.facts))
         policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
                                slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
                                bucket_kms_key_arn=args.bucket_kms_key_arn,

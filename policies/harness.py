@@ -398,7 +398,7 @@ class Pack:
                 try:
                     proc.wait(timeout=self.stop_timeout_s)
                 except subprocess.TimeoutExpired:
-                    pass
+                    proc.kill()
                     try:
                         proc.wait(timeout=self.stop_timeout_s)
                     except subprocess.TimeoutExpired:

@@ -58,9 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (its --help lists every check and what it proves)."""
     p = argparse.ArgumentParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_epilog(),
-        description="Post-upgrade checks against the live cluster and AWS. Each check judges the resource itself "
-                    "(allocatable GPUs, the AMI EC2 booted, a Job that must run, a message that must make KEDA "
-                    "create a Job), not a status field, and prints the evidence it saw.")
+        description=textwrap.fill(
+            "Post-upgrade checks against the live cluster and AWS. Each check judges the resource itself "
+            "(allocatable GPUs, the AMI EC2 booted, a Job that must run, a message that must make KEDA create a "
+            "Job), not a status field, and prints the evidence it saw.", 100))
     src = p.add_argument_group("where to look")
     src.add_argument("--stack", help="read the settings from `pulumi stack output --json --show-secrets --stack "
                                      "STACK` (needs the pulumi CLI)")
@@ -69,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "$KUBECONFIG / ~/.kube/config / the in-cluster service account)")
     src.add_argument("--context", help="kubeconfig context (default: its current-context)")
     src.add_argument("--queue-url", action="append", default=[], metavar="URL",
-                     help="a work queue (repeatable; default: the stack's queueUrls)")
+                     help="a work queue for worker-iam, and the queues ScaledJobs must watch (repeatable; default: "
+                          "the stack's queueUrls); the keda probe goes to each ScaledJob's own trigger queue")
     src.add_argument("--worker-role-arn", action="append", default=[], metavar="ARN",
                      help="the worker's IAM role, one for all queues or one per --queue-url in order "
                           "(default: the stack's workerRoleArns; inside a pod: the ambient credentials)")

@@ -204,7 +204,7 @@ def operator_errors(log_text: str, namespace: str, name: str) -> list[str]:
     out = []
     for line in (log_text or "").splitlines():
         low = line.lower()
-        is_error = "\terror\t" in low or '"level":"error"' in low.replace(" ", "") or " error " in low[:60]
+        is_error = "\terror\t" in low or '"level":"error"' in low.replace(" ", "")
         if is_error and f'"{name}"' in line and f'"{namespace}"' in line:
             out.append(line.strip())
     return out
@@ -341,11 +341,11 @@ def judge_probe(sj: dict, queue_url: str, appeared: list[dict], waited_s: float,
 
 def _probe(ctx, sj: dict, trigger: dict) -> tuple[bool, str, list[str]]:
     """Send one probe to the ScaledJob's queue, wait for its Job, and clean up; (ok, verdict line, evidence)."""
-    from .aws import AwsError
+    from .aws import AwsError, region_from_queue_url  # boto3 loads only when a check talks to AWS
 
     s = ctx.settings
     url = trigger["queue_url"]
-    aws = ctx.aws(trigger.get("region"))
+    aws = ctx.aws(trigger.get("region") or region_from_queue_url(url))
     evidence: list[str] = []
     probe_id = str(uuid.uuid4())
     attrs = aws.queue_attributes(url, ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
@@ -384,15 +384,15 @@ def cleanup_probe(ctx, aws, url: str, probe_id: str, idle_before: bool, sj: dict
                   appeared: list[dict]) -> list[str]:
     """Remove the probe message and the Job it caused, without touching real work (see docs/verify.md).
 
-    The message: received and deleted only when the queue held nothing but the probe (no other visible message);
-    any other message received on the way is handed back at once (visibility 0). Otherwise it is left for the
-    worker, which acknowledges probes. The Job: deleted only when the queue was idle before the probe (so the Job
-    is the probe's) and none of its pods has started a container.
+    The message: received and deleted only when the queue was idle before the probe and now shows at most one
+    visible message; any other message received on the way is handed back at once (visibility 0). Otherwise it is
+    left for the worker, which acknowledges probes. The Job: deleted only when the queue was idle before the probe
+    (so the Job is the probe's), verify deleted the probe itself, and none of its pods has started a container.
     """
     notes: list[str] = []
     probe_gone = False
     attrs = aws.queue_attributes(url, ["ApproximateNumberOfMessages"])
-    if int(attrs.get("ApproximateNumberOfMessages", "0") or 0) <= 1:
+    if idle_before and int(attrs.get("ApproximateNumberOfMessages", "0") or 0) <= 1:
         for _ in range(3):
             msgs = aws.receive_messages(url, attribute_names=[PROBE_ATTRIBUTE], max_messages=10,
                                         visibility_timeout_s=5, wait_s=1)
@@ -404,11 +404,12 @@ def cleanup_probe(ctx, aws, url: str, probe_id: str, idle_before: bool, sj: dict
                     aws.release_message(url, m["ReceiptHandle"])
             if probe_gone or not msgs:
                 break
-        notes.append(f"probe {probe_id}: " + ("deleted by receipt handle" if probe_gone else
-                                              "not in the queue any more (taken by the worker, which deletes probes)"))
+        notes.append(f"probe {probe_id}: " + (
+            "deleted by receipt handle" if probe_gone else
+            "not in the queue any more (taken by the worker, which deletes probes)"))
     else:
-        notes.append(f"probe {probe_id}: left for the worker to acknowledge (the queue holds other visible "
-                     "messages; verify receives nothing next to real work)")
+        notes.append(f"probe {probe_id}: left for the worker to acknowledge (the queue holds other messages; "
+                     "verify receives nothing next to real work)")
     for job in appeared:
         ns, jname = name_of_ns(job) or name_of_ns(sj), name_of(job)
         pods = ctx.kube.list_pods(ns, label_selector=f"job-name={jname}")
@@ -480,6 +481,8 @@ def judge_keda_static(operator: list[dict], ta_crd: dict | None, cta_crd: dict |
 def run(ctx) -> CheckResult:
     """Read KEDA's operator, CRDs, TriggerAuthentications, ScaledJobs, events and log; judge; then probe each
     healthy ScaledJob through its queue."""
+    from .aws import AwsError
+
     s = ctx.settings
     kube = ctx.kube
     operator = kube.list_deployments(OPERATOR_SELECTOR)
@@ -496,8 +499,14 @@ def run(ctx) -> CheckResult:
             log += kube.read_pod_log(ns, name_of(pod), since_seconds=int(s.events_window_s), tail_lines=5000) + "\n"
     version, problems, evidence, per_sj = judge_keda_static(operator, ta_crd, cta_crd, tas, ctas, sjs, events, log,
                                                             ctx.clock.now(), s.events_window_s, s.namespace)
+    known_queues = {w.queue_url for w in s.workloads}
     for sj in sjs:
         triggers = [t for t in sqs_triggers(sj) if t["queue_url"]]
+        for t in triggers:
+            if known_queues and t["queue_url"] not in known_queues:
+                # A ScaledJob can be Ready and scale perfectly on a queue nobody sends work to.
+                problems.append(f"ScaledJob {ns_name(sj)} watches {t['queue_url']}, which is not one of the stack's "
+                                f"queues ({', '.join(sorted(known_queues))})")
         if per_sj.get(name_of(sj)):
             evidence.append(f"ScaledJob {ns_name(sj)}: probe not sent (fix the problems above first)")
             continue
@@ -505,7 +514,10 @@ def run(ctx) -> CheckResult:
             evidence.append(f"ScaledJob {ns_name(sj)}: no aws-sqs-queue trigger with a queue URL: not probed")
             continue
         for t in triggers:
-            ok, verdict, e = _probe(ctx, sj, t)
+            try:
+                ok, verdict, e = _probe(ctx, sj, t)
+            except AwsError as err:
+                ok, verdict, e = False, f"ScaledJob {ns_name(sj)}: probe on {t['queue_url']} failed: {err}", []
             evidence += e
             if not ok:
                 problems.append(verdict)

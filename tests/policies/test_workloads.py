@@ -201,3 +201,15 @@ def test_over_grpc_with_config_overrides(analyze, samples):
     unknown["spec"]["rollout"] = {"strategy": samples.U}
     assert [d.level for d in analyze(samples.plan((samples.T_SCALEDJOB, unknown))).by_policy(rule.ROLLOUT_NAME)] \
         == ["MANDATORY"]
+
+
+@pytest.mark.parametrize("toleration", [
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "PreferNoSchedule"},
+    {"key": "nvidia.com/gpu.present", "operator": "Exists", "effect": "NoSchedule"},
+    {"operator": "Equal", "value": "true"},
+], ids=["no-execute", "prefer", "other-key", "empty-key-equal"])
+def test_tolerations_that_do_not_tolerate_the_gpu_taint_fail(run_rule, samples, toleration):
+    props, path = with_pod(samples, "T_DEPLOYMENT", lambda p: p.update(tolerations=[toleration]))
+    messages = run_rule(rule.PLACEMENT_POLICY, samples.T_DEPLOYMENT, props)
+    assert len(messages) == 1 and "has no toleration for the nvidia.com/gpu:NoSchedule taint" in messages[0]

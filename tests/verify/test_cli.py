@@ -28,7 +28,8 @@ NVIDIA = "amazon-eks-node-al2023-x86_64-nvidia-1.34-v20261101"
 
 def _run(args: list[str], env: dict | None = None, module: bool = False) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "components", "verify", *args] if module else [
-        sys.executable, "-c", "import sys; from components.verify.cli import main; raise SystemExit(main(sys.argv[1:]))",
+        sys.executable, "-c",
+        "import sys; from components.verify.cli import main; raise SystemExit(main(sys.argv[1:]))",
         *args]
     full_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
     full_env.update(env or {})
@@ -86,7 +87,8 @@ def test_stack_without_the_pulumi_cli_is_one_line(tmp_path):
     done = _run(["--stack", "dev"], env={"PATH": str(tmp_path)})
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("verify: the pulumi CLI is not installed") and "--kubeconfig" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("verify: the pulumi CLI is not installed")
+    assert "--kubeconfig" in lines[0]
 
 
 def _fake_pulumi(folder: Path, outputs: dict | None, exit_code: int = 0, stderr: str = "") -> str:
@@ -114,8 +116,8 @@ def test_stack_outputs_feed_the_run(tmp_path):
     done = _run(["--stack", "dev"], env={"PATH": path})
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"verify: cannot reach the Kubernetes API at https://127.0.0.1:{port}: connection refused — is the kubeconfig "
-        "for the right cluster?"]
+        f"verify: cannot reach the Kubernetes API at https://127.0.0.1:{port}: connection refused — is the "
+        "kubeconfig for the right cluster?"]
 
 
 def test_failing_pulumi_is_one_line(tmp_path):

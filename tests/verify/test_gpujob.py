@@ -50,7 +50,8 @@ def test_manifest_is_a_valid_batch_v1_job_for_the_pinned_kubernetes():
 def test_parse_nvidia_smi():
     assert gpujob.parse_nvidia_smi(load("nvidia_smi.log")) == [
         {"name": "NVIDIA A10G", "memory": "23028 MiB", "driver": "580.95.05"}]
-    assert gpujob.parse_nvidia_smi("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.") == []
+    failed = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    assert gpujob.parse_nvidia_smi(failed) == []
 
 
 def test_completed_job_passes_and_reports_the_gpu_model():

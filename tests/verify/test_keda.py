@@ -1,7 +1,6 @@
 """keda: the operator's version, TriggerAuthentications against the live CRD, ScaledJob health, and the probe."""
 from __future__ import annotations
 
-import copy
 import json
 
 import boto3
@@ -133,7 +132,8 @@ def _keda_job(sj, name="slides-x7p2q", started=False):
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name + "-pod", "namespace": "gpuburst", "labels": {"job-name": name}},
            "spec": {}, "status": {"phase": "Running" if started else "Pending", "containerStatuses": [
-               {"name": "worker", "state": {"running": {}} if started else {"waiting": {"reason": "ContainerCreating"}}}]}}
+               {"name": "worker",
+                "state": {"running": {}} if started else {"waiting": {"reason": "ContainerCreating"}}}]}}
     return job, pod
 
 
@@ -289,9 +289,26 @@ def test_run_end_to_end_aws_eks_fails_and_healthy_passes(aws, clock, upstream_cr
 
 
 def test_run_skips_the_probe_of_an_unhealthy_scaledjob(aws, clock, upstream_crds):
-    kube = FakeKube(scaled_jobs=[load("scaledjob_trigger_error.json")], deployments=[load("deployment_keda_2.20.2.json")],
+    kube = FakeKube(scaled_jobs=[load("scaledjob_trigger_error.json")],
+                    deployments=[load("deployment_keda_2.20.2.json")],
                     crds=[load_crd(upstream_crds, TA_2_20)], tas=[load("triggerauthentication_aws.json")])
     r = keda.run(_ctx(kube, clock))
     assert r.status == "fail" and "TriggerError" in r.summary
     assert any("probe not sent" in e for e in r.evidence)
     assert clock.t == 0
+
+
+def test_scaledjob_watching_a_queue_outside_the_stack_fails(aws, clock, upstream_crds):
+    from components.verify.model import Workload
+
+    sqs = boto3.client("sqs")
+    url, sj, kube = _setup(sqs)
+    kube.deployments = [load("deployment_keda_2.20.2.json")]
+    kube.crds = {keda.TA_CRD: load_crd(upstream_crds, TA_2_20)}
+    kube.tas = [load("triggerauthentication_aws.json")]
+    _keda_creates_job_on_look(kube, sj, look=3)
+    ctx = _ctx(kube, clock)
+    ctx.settings.workloads = [Workload("slides", "https://sqs.us-east-1.amazonaws.com/123456789012/the-real-one")]
+    r = keda.run(ctx)
+    assert r.status == "fail"
+    assert r.summary.startswith(f"ScaledJob gpuburst/slides watches {url}, which is not one of the stack's queues")

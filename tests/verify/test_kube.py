@@ -70,8 +70,8 @@ def test_closed_port_is_unreachable_at_once(tmp_path):
     with pytest.raises(KubeUnreachable) as e:
         connect(str(write_kubeconfig(tmp_path, f"https://127.0.0.1:{port}")), connect_timeout_s=2)
     assert time.monotonic() - start < 5
-    assert str(e.value) == (f"cannot reach the Kubernetes API at https://127.0.0.1:{port}: connection refused — is the "
-                            "kubeconfig for the right cluster?")
+    assert str(e.value) == (f"cannot reach the Kubernetes API at https://127.0.0.1:{port}: connection refused — "
+                            "is the kubeconfig for the right cluster?")
 
 
 def test_missing_kubeconfig_file(tmp_path):

@@ -150,7 +150,8 @@ class FakeKube:
 
     def list_events(self, namespace, *, field_selector=None):
         return [copy.deepcopy(e) for e in self.events
-                if (e.get("metadata") or {}).get("namespace", namespace) == namespace and _match_fields(e, field_selector)]
+                if (e.get("metadata") or {}).get("namespace", namespace) == namespace
+                and _match_fields(e, field_selector)]
 
     def list_deployments(self, label_selector=None):
         return [copy.deepcopy(d) for d in self.deployments if _match_labels(d, label_selector)]
