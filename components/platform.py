@@ -127,6 +127,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         self.workload_patterns = {n: {"pattern": c.pattern, "reason": c.reason} for n, c in choices.items()}
         self.worker_role_arns = {n: wl.role_arn for n, wl in self.workloads.items()}
         self.gpu_nodepool_name = self.nodepool.nodepool_name
+        self.namespace_name = WORKLOAD_NAMESPACE
+        self.results_prefix = self.storage.results_prefix
         self.register_outputs({
             "clusterName": self.cluster_name, "queueUrls": self.queue_urls, "imageRef": self.image_ref,
             "workloads": self.workload_patterns})

@@ -22,7 +22,7 @@ def _fmt(value: Any) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def event(name: str, **fields: Any) -> str:
+def event(name: str, /, **fields: Any) -> str:
     """Render one event as a single line; None values print as '-', floats with two decimals (seconds)."""
     return " ".join([name] + [f"{k}={_fmt(v)}" for k, v in fields.items()])
 

@@ -40,3 +40,35 @@ def test_installed_under_the_distinctive_name():
     out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [components.catalogue.KEDA_VERSION, "WorkQueue"]
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line and not line.startswith("-"):
+            name, version = line.split("==")
+            pins[name.split("[")[0].lower()] = version
+    return pins
+
+
+def test_a_package_pinned_in_several_files_has_one_version():
+    files = [ROOT / "requirements.txt", ROOT / "requirements-dev.txt", ROOT / "policies" / "requirements.txt",
+             ROOT / "worker" / "requirements.txt", ROOT / "requirements-checkov.txt"]
+    seen: dict[str, tuple[str, Path]] = {}
+    for f in files:
+        for name, version in _pins(f).items():
+            if name in seen:
+                assert seen[name][0] == version, f"{name}: {version} in {f.name} but {seen[name][0]} in {seen[name][1]}"
+            seen[name] = (version, f)
+    assert {"pulumi", "torch", "boto3"} <= set(seen)
+
+
+def test_every_requirement_is_pinned_exactly():
+    for f in ROOT.glob("**/requirements*.txt"):
+        if any(part.startswith(".venv") for part in f.parts):
+            continue
+        for line in f.read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if line and not line.startswith("-r"):
+                assert "==" in line, f"{f.relative_to(ROOT)}: {line!r} is not pinned with =="
