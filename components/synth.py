@@ -81,7 +81,9 @@ def kubernetes_manifests(plan: dict) -> dict[str, dict]:
         ns = meta.get("namespace") or "cluster"
         name = meta.get("name") or res["name"]
         fname = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{props['kind']}-{ns}-{name}".lower()) + ".yaml"
-        out[fname] = props
+        # apiVersion, kind, metadata first, as people write manifests; the rest in the order the engine saw.
+        head = {k: props[k] for k in ("apiVersion", "kind", "metadata") if k in props}
+        out[fname] = {**head, **{k: v for k, v in props.items() if k not in head}}
     return out
 
 
