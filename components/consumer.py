@@ -30,6 +30,28 @@ def consumer_labels(name: str) -> dict[str, str]:
             "app.kubernetes.io/component": "consumer"}
 
 
+LIVENESS_FILE = "/tmp/gpuburst-alive"
+"""File the worker's main loop touches at every poll and slide progress report (on the /tmp emptyDir)."""
+
+
+def liveness_probes(visibility_timeout_s: int) -> dict[str, Any]:
+    """startupProbe + livenessProbe on the worker's liveness file.
+
+    The heartbeat thread keeps extending a message's visibility even when the main thread hangs, so without this a
+    hung consumer would hold its message up to SQS's 12 h limit. A main loop silent for a whole visibility timeout is
+    hung: the kubelet restarts it, the heartbeat stops with it, and the message returns to the queue. The startup
+    probe allows 10 minutes for the first touch (the model loads before the first poll).
+    """
+    age_check = (f'test $(( $(date +%s) - $(stat -c %Y {LIVENESS_FILE} 2>/dev/null || echo 0) )) '
+                 f'-lt {int(visibility_timeout_s)}')
+    return {
+        "startupProbe": {"exec": {"command": ["test", "-f", LIVENESS_FILE]}, "periodSeconds": 10,
+                         "failureThreshold": 60, "timeoutSeconds": 5},
+        "livenessProbe": {"exec": {"command": ["sh", "-c", age_check]}, "periodSeconds": 60,
+                          "failureThreshold": 3, "timeoutSeconds": 5},
+    }
+
+
 def consumer_deployment_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[str],
                                  service_account_name: str, pod: WorkerPodSettings,
                                  annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -41,6 +63,9 @@ def consumer_deployment_manifest(*, name: str, namespace: str, queue_url: pulumi
     template = hardened_pod_template(pod, command=command, queue_url=queue_url,
                                      service_account_name=service_account_name, restart_policy="Always",
                                      labels=labels)
+    container = template["spec"]["containers"][0]
+    container["env"] = [*container.get("env", []), {"name": "LIVENESS_FILE", "value": LIVENESS_FILE}]
+    container.update(liveness_probes(pod.visibility_timeout_s))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

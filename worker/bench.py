@@ -41,10 +41,13 @@ class BenchConfig:
     """Messages in the persistent-process vs process-per-message comparison (default 20)."""
     cold_slide_px: int = 2048
     """Side of the small slide each of those messages processes (default 2048)."""
+    repeats: int = 3
+    """Rounds of the pipeline / naive / read-only / compute-only timings; each figure is its fastest round, which
+    filters out other processes sharing the machine (default 3)."""
 
 
 FULL = BenchConfig()
-QUICK = BenchConfig(slide_px=8192, cold_slides=4)
+QUICK = BenchConfig(slide_px=8192, cold_slides=4, repeats=2)
 
 
 def naive_run(slide_path: Path, model: LoadedModel, out_path: Path) -> tuple[float, np.ndarray, int]:
@@ -107,7 +110,11 @@ def read_only(slide_path: Path, model: LoadedModel, jobs: list[TileJob], setting
 
 
 def compute_only(slide_path: Path, model: LoadedModel, jobs: list[TileJob], settings: PipelineSettings) -> float:
-    """Seconds for the model alone on len(jobs) tiles in pipeline-sized batches (decoded beforehand, reused)."""
+    """Seconds for the model alone on len(jobs) tiles in pipeline-sized batches.
+
+    The batches are decoded beforehand from up to 64 tissue tiles and reused in turn, as the pipeline reuses its
+    read-ahead buffers, so neither decoding nor touching fresh memory is counted.
+    """
     pred = Predictor(model, settings.inference)
     s = pred.settings
     T = model.tile_size
@@ -115,17 +122,14 @@ def compute_only(slide_path: Path, model: LoadedModel, jobs: list[TileJob], sett
     with open_slide(slide_path) as slide:
         lv = slide.levels[0]
         tiles = np.stack([slide.read_region(lv, j.x, j.y, T, T) for j in sample])
-    batches = []
-    for i in range(0, len(jobs), s.batch_size):
-        n = min(s.batch_size, len(jobs) - i)
-        start = i % len(tiles)
-        idx = (np.arange(n) + start) % len(tiles)
-        batches.append(np.ascontiguousarray(tiles[idx]))
+    n = len(sample)
+    batches = [np.ascontiguousarray(tiles[(np.arange(s.batch_size) + i) % n]) for i in range(0, n, s.batch_size)]
+    sizes = [min(s.batch_size, len(jobs) - i) for i in range(0, len(jobs), s.batch_size)]
     with torch_threads(s.torch_threads if model.device.type == "cpu" else 0):
-        pred.predict(batches[0] if batches else tiles[:1])  # warm: first call builds kernels
+        pred.predict(batches[0])  # warm: the first call builds kernels
         t0 = time.perf_counter()
-        for b in batches:
-            pred.predict(b)
+        for k, size in enumerate(sizes):
+            pred.predict(batches[k % len(batches)][:size])
         return time.perf_counter() - t0
 
 
@@ -164,7 +168,11 @@ def cold_vs_persistent(slide_path: Path, model: LoadedModel, device: str, n: int
 
 
 def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None = None, log=None) -> dict:
-    """Run the benchmark and return its figures as a JSON-ready dict (`--quick`: an 8k slide, 4 cold messages)."""
+    """Run the benchmark and return its figures as a JSON-ready dict.
+
+    `quick` uses QUICK (an 8k slide, 2 rounds, 4 cold-start messages) unless `config` is given; `device` is
+    "auto" | "cuda" | "cpu" (NoUsableGpu for "cuda" without a GPU). Progress lines go to `log` (default stderr).
+    """
     cfg = config or (QUICK if quick else FULL)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     dev = select_device(device)
@@ -178,15 +186,22 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
         slide_write_s = time.perf_counter() - t0
 
         jobs = _tissue_jobs(slide, model, settings)
-        say(f"bench: compute-only on {len(jobs)} tissue tiles")
-        compute_s = compute_only(slide, model, jobs, settings)  # also warms the model's kernels up
-        say("bench: read-only")
-        read_s = read_only(slide, model, jobs, settings)
-        say("bench: pipeline")
-        summary = process_slide(slide, work / "out", model, slide_id="bench", settings=settings)
-        pipeline_s = summary["timings_s"]["total"]
-        say("bench: naive baseline")
-        naive_s, naive_map, naive_tiles = naive_run(slide, model, work / "naive.tif")
+        rounds: dict[str, list[float]] = {"compute": [], "read": [], "pipeline": [], "naive": []}
+        for r in range(max(cfg.repeats, 1)):
+            say(f"bench: round {r + 1}/{cfg.repeats}: compute-only and read-only on {len(jobs)} tissue tiles")
+            rounds["compute"].append(compute_only(slide, model, jobs, settings))
+            rounds["read"].append(read_only(slide, model, jobs, settings))
+            say(f"bench: round {r + 1}/{cfg.repeats}: pipeline")
+            summary = process_slide(slide, work / "out", model, slide_id="bench", settings=settings)
+            rounds["pipeline"].append(summary["timings_s"]["total"])
+            if rounds["pipeline"][-1] == min(rounds["pipeline"]):
+                best_summary = summary
+            say(f"bench: round {r + 1}/{cfg.repeats}: naive baseline")
+            naive_s, naive_map, naive_tiles = naive_run(slide, model, work / "naive.tif")
+            rounds["naive"].append(naive_s)
+        summary = best_summary
+        compute_s, read_s = min(rounds["compute"]), min(rounds["read"])
+        pipeline_s, naive_s = min(rounds["pipeline"]), min(rounds["naive"])
 
         # The pipeline must compute the same classes as the naive loop where it looked, and lose nothing where it
         # did not (tiles it skipped hold no foreground in the naive map).
@@ -204,6 +219,7 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
         cold = cold_vs_persistent(small, model, device, cfg.cold_slides, work)
 
     used = summary["inference"]
+    rounds_out = {k: [round(v, 4) for v in vs] for k, vs in rounds.items()}
     speedup = naive_s / pipeline_s
     efficiency = max(read_s, compute_s) / pipeline_s
     result = {
@@ -211,8 +227,10 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
         "quick": bool(quick),
         "config": asdict(cfg),
         "note": (
-            f"quick mode: {cfg.slide_px}px slide and {cfg.cold_slides} cold-start messages instead of 16384px and 20"
-            if quick else "full mode"
+            f"quick mode: {cfg.slide_px}px slide, {cfg.repeats} timing rounds and {cfg.cold_slides} cold-start messages "
+            f"instead of {FULL.slide_px}px, {FULL.repeats} and {FULL.cold_slides}"
+            if quick
+            else f"full mode; timings are the fastest of {cfg.repeats} rounds"
         ),
         "slide": {
             "width": cfg.slide_px,
@@ -242,6 +260,7 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
         "read_only_s": read_s,
         "compute_only_s": compute_s,
         "pipeline_efficiency": efficiency,
+        "rounds_s": rounds_out,
         "agreement_with_naive": agree,
         "skipped_tiles_foreground_px": skipped_fg,
         "cold_start": cold,

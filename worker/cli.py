@@ -92,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "malformed message), run the consumer in job mode and show the results.")
     d.add_argument("--out", default="out/demo", metavar="DIR", help="where results are downloaded (default out/demo)")
     d.add_argument("--slides", type=int, default=3, metavar="N", help="number of synthetic slides, 1-10 (default 3)")
-    d.add_argument("--size", type=int, default=4096, metavar="PX",
-                   help="width of each synthetic slide in pixels, 1024-16384 (default 4096)")
+    d.add_argument("--size", type=int, default=6144, metavar="PX",
+                   help="width and height of each synthetic slide in pixels, 1024-16384 (default 6144)")
     d.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     return p
 
@@ -107,7 +107,8 @@ def consume_settings(args: argparse.Namespace) -> Any:
         idle_exit_s=args.idle_exit, device=args.device, model_path=args.model,
         visibility_timeout_s=args.visibility_timeout,
         visibility_extension_interval_s=args.visibility_extension_interval, wait_time_s=args.wait_time,
-        grace_period_s=args.grace_period, retry_backoff_s=args.retry_backoff, scratch_dir=args.scratch)
+        grace_period_s=args.grace_period, retry_backoff_s=args.retry_backoff, scratch_dir=args.scratch,
+        liveness_file=os.environ.get("LIVENESS_FILE") or None)
     s.validate()
     return s
 
@@ -214,8 +215,9 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from worker.study import slide_metrics
 
     m = slide_metrics(summary)
-    print(f"{slide_id}: {m['tiles_seen']} tiles, tissue {_pct(m['tissue_percent'])}, "
-          f"{time.monotonic() - t0:.1f} s on {describe_device(device)}")
+    print(f"{slide_id}: {m['tiles_seen']} tissue tiles, tissue {_pct(m['tissue_percent'])}, "
+          f"{time.monotonic() - t0:.1f} s with {model.name} {model.version} on {describe_device(device)}")
+    print(f"outputs in {out}:")
     for suffix in OUTPUT_SUFFIXES:
         print(f"  {out / (slide_id + suffix)}")
     return EXIT_OK

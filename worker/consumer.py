@@ -11,7 +11,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,6 +31,9 @@ Processor = Callable[[Path, Path, str, Callable[..., None]], dict]
 MAX_BACKOFF_S = 900
 #: SQS's limits on a visibility timeout, in seconds.
 SQS_MAX_VISIBILITY_S = 43200
+#: Seconds past the grace period before the watchdog releases a slide whose processor never checks for
+#: cancellation (a processor that reports progress is cancelled right at the end of the grace period).
+WATCHDOG_SLACK_S = 2.0
 #: Names of the message attributes put on a message the consumer sends to the dead-letter queue.
 DLQ_REASON_ATTR = "gpuburst-reason"
 DLQ_ATTRS = (DLQ_REASON_ATTR, "gpuburst-source-queue", "gpuburst-source-message-id", "gpuburst-receive-count")
@@ -74,6 +77,10 @@ class ConsumerSettings:
     scratch_dir: str | None = None
     """Folder for downloaded slides and local results (flag --scratch, env SCRATCH_DIR, else $TMPDIR). Needs room
     for one slide plus its overlay."""
+    liveness_file: str | None = None
+    """A file the main loop touches at every poll and every slide progress report (env LIVENESS_FILE); the consumer
+    Deployment's liveness probe fails when it is older than the visibility timeout, so a hung process is restarted
+    instead of holding its message for hours. None (default) = no file."""
     hard_exit_after_grace: bool = True
     """Whether the grace-period watchdog may end the process (os._exit(0)) when the slide cannot be interrupted.
     Default True; in-process callers such as tests set False."""
@@ -110,7 +117,8 @@ class Outcome:
     message_id: str
     """The SQS message id."""
     status: str
-    """'done', 'skipped' (already finished), 'dead-lettered', 'retry' (left for redelivery) or 'released'."""
+    """'done', 'skipped' (already finished), 'dead-lettered', 'retry' (left for redelivery), 'released', or 'probe'
+    (a `verify` probe, deleted at once)."""
     slide_id: str | None = None
     """The slide's id, when the body was valid."""
     study: str | None = None
@@ -200,8 +208,18 @@ class Consumer:
         d = self._deadline
         return d is not None and time.monotonic() >= d
 
+    def touch_liveness(self) -> None:
+        """Mark the main loop as alive (see ConsumerSettings.liveness_file); never fails the work."""
+        path = self.settings.liveness_file
+        if path:
+            try:
+                Path(path).touch()
+            except OSError as e:
+                log.warning(event("liveness.touch_failed", path=path, error=str(e)))
+
     def check_cancel(self, *_: Any, **__: Any) -> None:
         """Raise Cancelled when the grace period is over (passed to the processor as part of its progress callback)."""
+        self.touch_liveness()
         if self._past_deadline():
             raise Cancelled(f"grace period of {self.settings.grace_period_s:g} s after stop request ran out")
 
@@ -241,6 +259,7 @@ class Consumer:
         code = 0
         try:
             while True:
+                self.touch_liveness()
                 if self._stop.is_set():
                     self.exit_reason = "stop requested"
                     break
@@ -300,13 +319,13 @@ class Consumer:
         return code
 
     def _watchdog(self) -> None:
-        """After a stop request, release an uninterruptible slide when the grace period ends, then exit 0."""
+        """After a stop request, release a slide still running WATCHDOG_SLACK_S after the grace period, then exit 0."""
         while not self._stop.wait(0.5):
             if self._finished.is_set():
                 return
         while not self._finished.is_set():
             deadline = self._deadline
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline + WATCHDOG_SLACK_S:
                 break
             time.sleep(0.1)
         else:
@@ -329,6 +348,12 @@ class Consumer:
         attrs = msg.get("Attributes", {})
         receives = int(attrs.get("ApproximateReceiveCount", "1"))
         group = attrs.get("MessageGroupId")
+        probe = verify_probe_id(msg)
+        if probe is not None:
+            # `python -m components verify` sends this to see KEDA start a Job; it is not work and never a failure.
+            self._delete(msg)
+            log.info(event("verify.probe", msg=mid, probe=probe, detail=f"verify probe {probe} acknowledged"))
+            return Outcome(mid, "probe", reason=f"verify probe {probe}", seconds=time.monotonic() - t0)
         try:
             m = parse_message(msg["Body"])
         except ContractError as e:
@@ -361,11 +386,12 @@ class Consumer:
             return base
         except _permanent_types() as e:
             self._idle()
-            if self.settings.mode == "service" and study is not None:
-                self.studies[study] = (self.studies.get(study) or StudyState(study)).after(m.slide_id, m.sequence,
-                                                                                           None)
             reason = str(e) if isinstance(e, PermanentError) else f"bad slide {m.slide}: {e}"
-            return self._dead_letter(msg, reason, base, t0)
+            outcome = self._dead_letter(msg, reason, base, t0)
+            if outcome.status == "dead-lettered" and self.settings.mode == "service" and study is not None:
+                state = self.studies.get(study) or StudyState(study)
+                self.studies[study] = state.after(m.slide_id, m.sequence, None)
+            return outcome
         except Exception as e:  # noqa: BLE001 - anything else may be transient: leave it for redelivery
             self._idle()
             return self._retry(msg, f"{type(e).__name__}: {e} (at {_where(e)})", base, receives, t0)
@@ -412,7 +438,12 @@ class Consumer:
             self.check_cancel()
             out_dir = work / "out"
             out_dir.mkdir()
-            summary = self.processor(local, out_dir, m.slide_id, self.check_cancel)
+            try:
+                summary = self.processor(local, out_dir, m.slide_id, self.check_cancel)
+            except _permanent_types() as e:
+                # The reader names its (scratch) file; the S3 address is what an operator can act on.
+                detail = str(e).replace(str(local), local.name)
+                raise PermanentError(f"bad slide {m.slide}: {detail}") from None
             t_up = time.monotonic()
             files = [out_dir / (m.slide_id + s) for s in OUTPUT_SUFFIXES]
             missing = [f.name for f in files if not f.is_file()]
@@ -554,6 +585,27 @@ class Consumer:
 
 
 # --- wiring --------------------------------------------------------------------------------------------------
+VERIFY_PROBE_ATTRIBUTE = "gpuburst-verify"
+"""Message attribute `python -m components verify` puts on its probe message (its value is the probe's uuid)."""
+
+
+def verify_probe_id(msg: dict) -> str | None:
+    """The uuid of a `verify` probe message (by its attribute, or a JSON body `{"verify_probe": uuid}`), else None."""
+    attr = (msg.get("MessageAttributes") or {}).get(VERIFY_PROBE_ATTRIBUTE)
+    if attr and attr.get("StringValue"):
+        return attr["StringValue"]
+    body = msg.get("Body", "")
+    if "verify_probe" not in body:
+        return None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(doc, dict) and set(doc) == {"verify_probe"} and isinstance(doc["verify_probe"], str):
+        return doc["verify_probe"]
+    return None
+
+
 def _not_loaded(*_: Any) -> dict:
     raise RuntimeError("no processor: the model is not loaded yet")
 

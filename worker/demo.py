@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from worker.localaws import aws_env, moto_available, moto_server
+from worker.localaws import aws_env, die_with_parent, moto_available, moto_server
 
 SLIDES_BUCKET = "gpuburst-demo-slides"
 RESULTS_BUCKET = "gpuburst-demo-results"
@@ -62,7 +63,7 @@ def _stream(proc: subprocess.Popen, events: list[str]) -> None:
         _say(f"    | {line}")
 
 
-def run_demo(out: Path, slides: int = 3, size_px: int = 4096, device: str = "auto") -> int:
+def run_demo(out: Path, slides: int = 3, size_px: int = 6144, device: str = "auto") -> int:
     """Run the demo; returns the exit code (0 when every slide finished and the malformed message was dead-lettered)."""
     if not 1 <= slides <= len(SLIDE_RECIPES):
         print(f"python -m worker demo: error: --slides={slides}: must be 1-{len(SLIDE_RECIPES)}", file=sys.stderr)
@@ -162,7 +163,7 @@ def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, 
     t_consume = time.monotonic()
     interrupted = False
     proc = subprocess.Popen(cmd, env=child_env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, preexec_fn=die_with_parent())
     reader = threading.Thread(target=_stream, args=(proc, events), daemon=True)
     reader.start()
     try:
@@ -184,6 +185,7 @@ def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, 
                 proc.wait(timeout=10)
         reader.join(timeout=10)
     consume_s = time.monotonic() - t_consume
+    shutil.rmtree(scratch, ignore_errors=True)  # the consumer empties it per slide; the folder itself goes too
     if interrupted:
         raise KeyboardInterrupt
     if code is None:
@@ -223,7 +225,10 @@ def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, 
         reason = m.get("MessageAttributes", {}).get(DLQ_REASON_ATTR, {}).get("StringValue", "(no reason attribute)")
         _say(f"    body:   {m['Body']}")
         _say(f"    reason: {reason}")
-    if not dead:
+    if dead:
+        _say("    (the worker sent it there at once with its reason, instead of letting it fail "
+             f"{MAX_RECEIVE_COUNT} times first)")
+    else:
         _say("    (empty)")
     visible, in_flight = _counts(sqs, work_url)
     _say(f"    work queue now: {visible} visible, {in_flight} in flight")
@@ -234,16 +239,27 @@ def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, 
             p = result_dir / f"{name}{suffix}"
             if p.exists():
                 _say(f"    {p}  ({p.stat().st_size / 1e3:,.0f} kB)")
-    device_line = next((e.split("device.selected ", 1)[1] for e in events if "device.selected" in e), "?")
-    model_line = next((e.split("model.loaded ", 1)[1] for e in events if "model.loaded" in e), "?")
-    _say(f"\nRan on: {device_line}")
-    _say(f"Model:  {model_line}")
-    _say("The slides are synthetic and the built-in model is a small demonstration model: the class areas show the")
-    _say("plumbing (calibrated µm², per-slide summaries, commit marker, DLQ), not a validated pathology result.")
+    device_line = _field(events, "device.selected", "device")
+    model_line = f"{_field(events, 'model.loaded', 'name')} {_field(events, 'model.loaded', 'version')}"
+    _say(f"\nRan on {device_line}, model {model_line} (built in; trained on synthetic slides like these).")
+    _say("The slides and the model are synthetic: the numbers show the plumbing (tiles read at their µm calibration,")
+    _say("areas in µm², one summary per slide as the commit marker, bad input in the DLQ), not a pathology result.")
+    _say(f"Open a preview: {result_dir / (names[0] + '.preview.png')}")
     ok = done == len(names) and len(dead) == 1 and code == 0 and bool(skipped) and visible + in_flight == 0
     _say(f"\nDemo {'finished' if ok else 'FAILED'} in {time.monotonic() - t_start:.1f} s. "
          f"{done}/{len(names)} slides done, {len(dead)} message(s) in the dead-letter queue.")
     return 0 if ok else 1
+
+
+def _field(events: list[str], name: str, key: str) -> str:
+    """The value of `key` in the first consumer log event `name` ('?' when absent)."""
+    for line in events:
+        if f" {name} " in line:
+            m = re.search(rf'\b{key}=("(?:[^"\\]|\\.)*"|\S+)', line)
+            if m:
+                v = m.group(1)
+                return v[1:-1].replace('\\"', '"') if v.startswith('"') else v
+    return "?"
 
 
 def _counts(sqs: Any, url: str) -> tuple[int, int]:

@@ -1,6 +1,9 @@
 """A local stand-in for AWS: a `moto_server` subprocess on a free loopback port, started and stopped by its own handle."""
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -8,7 +11,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def free_port() -> int:
@@ -16,6 +19,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def die_with_parent(new_session: bool = False) -> Callable[[], None]:
+    """A `preexec_fn` that makes a child get SIGTERM when this process dies, even by SIGKILL (Linux only).
+
+    With `new_session`, the child also gets its own session, so a terminal's Ctrl-C reaches only us and we stop the
+    child in order.
+    """
+    def preexec() -> None:
+        if new_session:
+            os.setsid()
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL("libc.so.6", use_errno=True)
+                libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+            except OSError:
+                pass
+
+    return preexec
 
 
 def moto_available() -> bool:
@@ -40,7 +62,9 @@ def moto_server(start_timeout_s: float = 30.0) -> Iterator[str]:
     cmd = ([str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]) + ["-H", "127.0.0.1", "-p",
                                                                                        str(port)]
     # Its own session: a Ctrl-C in the terminal reaches us, and we stop the server in order, after the consumer.
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # If we are killed outright, the kernel sends it SIGTERM (die_with_parent), so it never outlives us.
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=die_with_parent(new_session=True))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + start_timeout_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:@+,%")
@@ -28,9 +29,10 @@ def event(name: str, /, **fields: Any) -> str:
 
 
 def setup_logging(level: str | None = None) -> None:
-    """Log to stderr, one line per event with a UTC timestamp; level from `level`, else $LOG_LEVEL, else INFO."""
-    import time
+    """Log to stderr, one line per event with a UTC timestamp; level from `level`, else $LOG_LEVEL, else INFO.
 
+    Libraries that log on their own are held back (boto to WARNING, tifffile to ERROR) so a bad slide stays one line.
+    """
     level_name = (level or os.environ.get("LOG_LEVEL") or "INFO").upper()
     handler = logging.StreamHandler(sys.stderr)
     formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(levelname)-7s %(message)s", "%Y-%m-%dT%H:%M:%S")
@@ -43,3 +45,5 @@ def setup_logging(level: str | None = None) -> None:
     root.setLevel(getattr(logging, level_name, logging.INFO))
     for noisy in ("botocore", "boto3", "urllib3", "s3transfer"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # tifffile's warnings about a broken file repeat what our one dead-letter line says.
+    logging.getLogger("tifffile").setLevel(logging.ERROR)

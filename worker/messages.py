@@ -82,8 +82,15 @@ class SlideMessage:
         return d
 
 
+class _Raw(str):
+    """Text that is not JSON (a body that failed to parse): shown with Python's quoting, which stays readable."""
+
+
 def _show(value: Any, limit: int = 80) -> str:
-    """A short one-line rendering of a value for error messages."""
+    """A short one-line rendering of a value for error messages (JSON values as JSON, raw text quoted)."""
+    if isinstance(value, _Raw):
+        text = repr(str(value)[:limit])
+        return text if len(value) <= limit else text + "..."
     try:
         text = json.dumps(value, ensure_ascii=True)
     except (TypeError, ValueError):
@@ -194,7 +201,7 @@ def parse_message(body: str | bytes) -> SlideMessage:
     try:
         data = json.loads(body)
     except json.JSONDecodeError as e:
-        raise ContractError("body", body, f"is not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise ContractError("body", _Raw(body), f"is not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     if not isinstance(data, dict):
         raise ContractError("body", data, f"must be a JSON object, got {type(data).__name__}")
     for field in REQUIRED:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,7 +179,9 @@ def _load_torchscript(path: Path, device: torch.device) -> LoadedModel:
         raise ModelError(f"{path}: no such model file")
     extra = {META_FILE: ""}
     try:
-        module = torch.jit.load(str(path), map_location=device, _extra_files=extra)
+        with warnings.catch_warnings():  # torch 2.13 flags TorchScript as deprecated; it is still the format we take
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(path), map_location=device, _extra_files=extra)
     except Exception as exc:  # noqa: BLE001
         raise ModelError(
             f"{path}: not a TorchScript archive; --model takes a torch.jit.save file "
@@ -245,7 +248,9 @@ def export_torchscript(model: LoadedModel, path: str | Path) -> Path:
     module = model.module
     if not isinstance(module, torch.jit.ScriptModule):
         # Script a CPU copy: the loaded model keeps running where it is.
-        module = torch.jit.script(copy.deepcopy(module).to("cpu").to(memory_format=torch.contiguous_format))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.script(copy.deepcopy(module).to("cpu").to(memory_format=torch.contiguous_format))
     meta = {
         "name": model.name,
         "version": model.version,
@@ -255,5 +260,7 @@ def export_torchscript(model: LoadedModel, path: str | Path) -> Path:
         "input_mpp_um": model.input_mpp_um,
         "colors": [list(c) for c in model.colors],
     }
-    torch.jit.save(module, str(path), _extra_files={META_FILE: json.dumps(meta)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(module, str(path), _extra_files={META_FILE: json.dumps(meta)})
     return path

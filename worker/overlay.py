@@ -288,6 +288,7 @@ def write_png(path: str | Path, rgb: np.ndarray) -> Path:
     """Write an RGB uint8 image as PNG (imagecodecs), via a temporary file and os.replace."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(imagecodecs.png_encode(np.ascontiguousarray(rgb)))
+    # Level 1: a preview is written once per slide and read by people; fast beats a few % smaller.
+    tmp.write_bytes(imagecodecs.png_encode(np.ascontiguousarray(rgb), level=1))
     os.replace(tmp, path)
     return path

@@ -33,11 +33,12 @@ class PipelineSettings:
     skip_background: bool = True
     """Run the model only on tiles that meet tissue (default True); False analyses every tile."""
     tissue: TissueSettings = TissueSettings()
-    """How tissue is found on a low-resolution level."""
+    """How tissue is found on a low-resolution level (default TissueSettings(): saturation >= 0.07 at 1/64)."""
     inference: InferenceSettings = InferenceSettings()
-    """Batching, reader threads, read-ahead, CPU threads and mixed precision."""
+    """Batching, reader threads, read-ahead, CPU threads and mixed precision (default InferenceSettings(): chosen
+    per device)."""
     overlay: OverlaySettings = OverlaySettings()
-    """Overlay tiling, codec, pyramid and preview."""
+    """Overlay tiling, codec, pyramid and preview (default OverlaySettings(): 256 px zlib tiles, levels / 4)."""
 
 
 def overlay_name(slide_id: str) -> str:

@@ -54,7 +54,7 @@ class TissueSettings:
     min_value: int = 30
     """Brightness (0-255, max of R,G,B) below which a pixel is a dark artefact, not tissue (default 30)."""
     max_value: int = 250
-    """Brightness (0-255) above which a pixel is empty glass whatever its hue (default 250)."""
+    """Mean of R, G, B (0-255) above which a pixel is empty glass whatever its hue (default 250)."""
     thumbnail_downsample: float = 64.0
     """Target downsample, relative to the analysed level, of the image tissue is found on (default 64)."""
     dilate: int = 1

@@ -127,3 +127,20 @@ def test_pure_builder():
     with pytest.raises(ConfigError, match="WorkerPodSettings.image"):
         consumer_deployment_manifest(name="c", namespace="gpuburst", queue_url=QUEUE_URL, service_account_name="c-w",
                                      pod=WorkerPodSettings(image="worker:1.0"))
+
+
+def test_liveness_probe_reads_the_workers_liveness_file():
+    from components.consumer import LIVENESS_FILE, consumer_deployment_manifest, liveness_probes
+    from components.pod import WorkerPodSettings
+
+    pod = WorkerPodSettings(image="r.example/worker@sha256:" + "a" * 64, visibility_timeout_s=600)
+    m = consumer_deployment_manifest(name="s", namespace="ns", queue_url="https://q", service_account_name="sa",
+                                     pod=pod)
+    c = m["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "LIVENESS_FILE", "value": LIVENESS_FILE} in c["env"]
+    assert c["livenessProbe"] == liveness_probes(600)["livenessProbe"]
+    assert "-lt 600" in c["livenessProbe"]["exec"]["command"][-1]
+    assert LIVENESS_FILE in c["startupProbe"]["exec"]["command"]
+    # The file lives on a writable volume (the root filesystem is read-only).
+    mounts = [vm["mountPath"] for vm in c["volumeMounts"]]
+    assert any(LIVENESS_FILE.startswith(mp.rstrip("/") + "/") for mp in mounts), mounts

@@ -128,14 +128,20 @@ def test_infer_writes_three_outputs_shows_progress_and_prints_where(tmp_path):
     assert "100.0%" in r.stderr
 
 
-def test_infer_bad_slide_is_one_line_exit_1(tmp_path):
-    bad = tmp_path / "broken.tif"
-    bad.write_bytes(b"II*\x00" + b"\x00" * 64)
-    r = run_worker("infer", str(bad), "--out", str(tmp_path / "o"), "--device", "cpu", timeout=120)
+def test_infer_uncalibrated_slide_is_one_line_exit_1_and_mpp_um_rescues_it(tmp_path):
+    from worker.synthetic import write_synthetic_slide
+
+    slide = write_synthetic_slide(tmp_path / "nocal.tif", width=1024, height=1024, seed=4, ome=False,
+                                  calibrated=False)
+    r = run_worker("infer", str(slide), "--out", str(tmp_path / "o"), "--device", "cpu", timeout=120)
     assert r.returncode == cli.EXIT_FAILURE
     err = [line for line in r.stderr.splitlines() if line.startswith("python -m worker infer: error:")]
-    assert len(err) == 1 and "broken.tif" in err[0]
+    assert len(err) == 1 and "nocal.tif" in err[0], r.stderr
     assert "Traceback" not in r.stderr
+    r = run_worker("infer", str(slide), "--out", str(tmp_path / "o"), "--device", "cpu", "--mpp-um", "0.25",
+                   timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "o" / "nocal.json").read_text())["mpp_um"] == 0.25
 
 
 # --- the image recipe ----------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from sqs_helpers import (RESULTS, SLIDES, Proc, clients, counts, drain, get_json
                          make_queues, send)
 from standin_processor import StandIn  # noqa: E402
 
-from worker import s3io  # noqa: E402
 from worker.consumer import DLQ_REASON_ATTR, Consumer, ConsumerSettings  # noqa: E402
 
 OUT = f"s3://{RESULTS}/run/"
@@ -297,10 +296,14 @@ def test_sigterm_past_the_grace_period_releases_the_message_at_once(env, aws, un
         t0 = time.monotonic()
         p.signal(signal.SIGTERM)
         assert p.finish(15) == 0, p.output
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 1 + 2 + 2  # grace period + watchdog slack + exit
     finally:
         p.close()
     assert "message.released" in p.output
+    if uninterruptible:  # the stand-in never yields: the watchdog releases the message and ends the process
+        assert "slide not interruptible" in p.output and 'reason="grace period over, message released"' in p.output
+    else:  # the progress callback raised Cancelled inside the processor
+        assert "grace period of 1 s after stop request ran out" in p.output
     assert keys(s3) == []
     r = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0, MessageSystemAttributeNames=["All"])
     assert len(r["Messages"]) == 1  # receivable immediately, not after the 600 s visibility timeout
@@ -395,3 +398,37 @@ def test_sigkill_mid_slide_leaves_it_to_be_finished_exactly_once_by_another_work
     assert summary["message"] == {**summary["message"], "id": mid, "receive_count": 2}
     assert counts(sqs, url) == (0, 0)
     assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages") is None
+
+
+def test_verify_probe_is_acknowledged_not_dead_lettered(env):
+    """`python -m components verify` sends a probe (attribute + body); the worker deletes it and writes nothing."""
+    s3, sqs = env
+    url, dlq = make_queues(sqs)
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"verify_probe": "probe-1"}),
+                     MessageAttributes={"gpuburst-verify": {"DataType": "String", "StringValue": "probe-1"}})
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"verify_probe": "probe-2"}))  # body alone also counts
+    c = Consumer(settings(url), StandIn())
+    assert c.run() == 0
+    assert [o.status for o in c.outcomes] == ["probe", "probe"]
+    assert counts(sqs, url) == (0, 0) and counts(sqs, dlq) == (0, 0)
+    assert keys(s3) == []
+
+
+def test_a_probe_shaped_body_with_other_keys_is_still_a_contract_violation(env):
+    s3, sqs = env
+    url, dlq = make_queues(sqs)
+    send(sqs, url, {"verify_probe": "x", "slide": "s3://x/y.tif"})
+    c = Consumer(settings(url), StandIn())
+    c.run()
+    assert [o.status for o in c.outcomes] == ["dead-lettered"]
+
+
+def test_liveness_file_is_touched_by_the_main_loop(env, tmp_path):
+    s3, sqs = env
+    url, _ = make_queues(sqs)
+    alive = tmp_path / "alive"
+    send(sqs, url, msg("a"))
+    c = Consumer(settings(url, liveness_file=str(alive)), StandIn())
+    before = time.time()
+    assert c.run() == 0
+    assert alive.exists() and alive.stat().st_mtime >= before - 1

@@ -80,3 +80,26 @@ def test_ctrl_c_stops_the_consumer_and_the_server(tmp_path):
     assert p.returncode == 130, text
     assert "consumer.stopping why=SIGINT" in text
     assert not answers(moto_url(text))
+
+
+def test_a_killed_demo_leaves_no_server_behind(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "worker", "demo", "--out", str(tmp_path / "demo"), "--slides", "1",
+                          "--size", "1024", "--device", "cpu"], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env={**clean_env(), "PYTHONUNBUFFERED": "1"})
+    lines: list[str] = []
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if "moto_server is up" in line:
+                break
+        p.kill()  # SIGKILL: no finally blocks run in the demo
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    url = moto_url("".join(lines))
+    deadline = time.monotonic() + 10
+    while answers(url) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not answers(url)

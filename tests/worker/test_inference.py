@@ -93,10 +93,24 @@ def test_no_jobs_yields_nothing_and_reports_zero(model, slide_path):
 
 def test_settings_resolve_per_device():
     cpu = InferenceSettings().resolved(CPU)
-    assert cpu.amp == "off" and cpu.batch_size == 8 and cpu.reader_threads == 1 and cpu.torch_threads >= 1
+    assert cpu.amp == "off" and cpu.batch_size == 4 and 1 <= cpu.reader_threads <= 2 and cpu.torch_threads >= 1
     assert InferenceSettings(amp="fp16").resolved(CPU).amp == "off"  # autocast is for CUDA only
     with pytest.raises(ValueError, match="amp='fp8'"):
         InferenceSettings(amp="fp8").resolved(CPU)
+
+
+@pytest.mark.parametrize("content, cap", [("150000 100000\n", 2), ("50000 100000\n", 1), ("max 100000\n", None)])
+def test_cpu_count_respects_a_cgroup_quota(tmp_path, monkeypatch, content, cap):
+    import os
+
+    import worker.inference as inf
+
+    (tmp_path / "cpu.max").write_text(content)
+    monkeypatch.setattr(inf, "CGROUP_CPU_MAX", str(tmp_path / "cpu.max"))
+    cores = len(os.sched_getaffinity(0))
+    assert inf.cpu_count() == (cores if cap is None else min(cores, cap))
+    monkeypatch.setattr(inf, "CGROUP_CPU_MAX", str(tmp_path / "absent"))
+    assert inf.cpu_count() == cores
 
 
 def test_torch_threads_are_restored():

@@ -1,5 +1,5 @@
 """Model loading: the committed built-in weights, TorchScript files with declared classes, clear errors otherwise."""
-from __future__ import annotations
+# No `from __future__ import annotations` here: TorchScript must see the real `List[str]` class annotation.
 
 import json
 import os

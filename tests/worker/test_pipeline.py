@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import imagecodecs
-import numpy as np
 import ome_types
 import pytest
 import tifffile
@@ -200,9 +199,9 @@ def _measure(*args: str) -> float:
 def test_memory_stays_flat_as_the_slide_grows(tmp_path):
     """A 24k x 24k slide (1.7 GB of RGB at level 0) against one 4x smaller in area, each in a fresh process.
 
-    Bounds: writing or processing the large slide may use at most 40 MB more peak RSS than the small one (holding
-    its level 0 would cost 1.3 GB more, holding its level-0 class map 27 MB more), and processing stays under
-    1 GB in all (torch and the model alone are ~300 MB of it).
+    Bounds: writing or processing the large slide may use at most 20 MB more peak RSS than the small one (holding
+    its level 0 would cost 1.3 GB more, holding its whole level-0 class map 27 MB more; measured: ~4 MB), and
+    processing stays under 1 GB in all (torch and the model alone are ~300 MB of it; measured: ~330 MB).
     """
     small, large = tmp_path / "small.ome.tif", tmp_path / "large.ome.tif"
     w_small = _measure("write", str(small), "12288")
@@ -210,8 +209,8 @@ def test_memory_stays_flat_as_the_slide_grows(tmp_path):
     p_small = _measure("process", str(small))
     p_large = _measure("process", str(large))
     report = f"write {w_small:.0f} -> {w_large:.0f} MB, process {p_small:.0f} -> {p_large:.0f} MB"
-    assert w_large - w_small < 40, report
-    assert p_large - p_small < 40, report
+    assert w_large - w_small < 20, report
+    assert p_large - p_small < 20, report
     assert p_large < 1024, report
     summary = json.loads((tmp_path / "out" / "large.json").read_text(encoding="utf-8"))
     assert summary["width"] == 24576 and summary["tiles_seen"] > 500
