@@ -116,6 +116,9 @@ class GpuConsumerArgs:
     """Customer-managed key of the slides bucket, if any. Default None."""
     queue_kms_key_arn: pulumi.Input[str] | None = None
     """Customer-managed key of the queue, if any. Default None."""
+    dead_letter_queue_arn: pulumi.Input[str] | None = None
+    """The work queue's dead-letter queue: the worker may send permanently bad messages there (sqs:SendMessage
+    only). Default None (bad messages reach it through the redrive policy after maxReceiveCount)."""
     bucket_kms_key_arn: pulumi.Input[str] | None = None
     """Customer-managed key of the results bucket (bucket_arn), if any. Default None."""
     disruption_budget: bool = False
@@ -142,6 +145,7 @@ class GpuConsumer(pulumi.ComponentResource):
                                                 annotations=fact_annotations(args.facts) if args.facts else None)
         policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
                                slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
+                               dead_letter_queue_arn=args.dead_letter_queue_arn,
                                bucket_kms_key_arn=args.bucket_kms_key_arn,
                                slides_bucket_kms_key_arn=args.slides_bucket_kms_key_arn)
         child = pulumi.ResourceOptions(parent=self)

@@ -106,7 +106,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace, self.nodepool.resource,
                                                                self.device_plugin.chart]))
             common = dict(cluster_name=prefix, namespace=WORKLOAD_NAMESPACE, queue_url=queue.queue_url,
-                          queue_arn=queue.queue_arn, bucket_arn=self.storage.results_bucket_arn,
+                          queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
+                          bucket_arn=self.storage.results_bucket_arn,
                           slides_bucket_arn=self.storage.slides_bucket_arn, pod=pod,
                           slides_prefix=self.storage.slides_prefix, results_prefix=self.storage.results_prefix)
             if choices[w.name].pattern == "scaledjob":

@@ -256,8 +256,12 @@ def worker_policy(queue_arn: pulumi.Input[str], bucket_arn: pulumi.Input[str], s
                   results_prefix: str, *, slides_bucket_arn: pulumi.Input[str] | None = None,
                   queue_kms_key_arn: pulumi.Input[str] | None = None,
                   bucket_kms_key_arn: pulumi.Input[str] | None = None,
-                  slides_bucket_kms_key_arn: pulumi.Input[str] | None = None) -> dict:
+                  slides_bucket_kms_key_arn: pulumi.Input[str] | None = None,
+                  dead_letter_queue_arn: pulumi.Input[str] | None = None) -> dict:
     """The worker role's policy: consume its one queue; read slides; read and write results (nothing with `*`).
+
+    With `dead_letter_queue_arn`, the worker may also send to its dead-letter queue: a message that can never
+    succeed (malformed, missing slide) goes there at once with its reason instead of failing maxReceiveCount times.
 
     `bucket_arn` holds the results; the slides are in `slides_bucket_arn` when given, else in the same bucket.
     Results are read as well as written so the worker can see a result that already exists (a redelivered
@@ -270,6 +274,8 @@ def worker_policy(queue_arn: pulumi.Input[str], bucket_arn: pulumi.Input[str], s
                           f"a prefix that neither contains nor lies inside slides_prefix {slides_prefix!r} in the "
                           "same bucket (the worker may never write where the slides are)")
     statements = queue_consumer_statements(queue_arn, kms_key_arn=queue_kms_key_arn)
+    if dead_letter_queue_arn is not None:
+        statements.append({"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": dead_letter_queue_arn})
     if same_bucket:
         statements += s3_prefix_statements(bucket_arn, [slides_prefix, results_prefix], [results_prefix],
                                            kms_key_arn=bucket_kms_key_arn)

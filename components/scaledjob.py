@@ -165,6 +165,9 @@ class GpuScaledJobArgs:
     """Customer-managed key of the slides bucket, if any. Default None."""
     queue_kms_key_arn: pulumi.Input[str] | None = None
     """Customer-managed key of the queue, if any (kms:Decrypt through SQS). Default None."""
+    dead_letter_queue_arn: pulumi.Input[str] | None = None
+    """The work queue's dead-letter queue: the worker may send permanently bad messages there (sqs:SendMessage
+    only). Default None (bad messages reach it through the redrive policy after maxReceiveCount)."""
     bucket_kms_key_arn: pulumi.Input[str] | None = None
     """Customer-managed key of the results bucket (bucket_arn), if any. Default None."""
     scaler_identity_owner: str | None = None
@@ -195,6 +198,7 @@ class GpuScaledJob(pulumi.ComponentResource):
             keda_version=args.keda.version, annotations=fact_annotations(args.facts))
         policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
                                slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
+                               dead_letter_queue_arn=args.dead_letter_queue_arn,
                                bucket_kms_key_arn=args.bucket_kms_key_arn,
                                slides_bucket_kms_key_arn=args.slides_bucket_kms_key_arn)
         child = pulumi.ResourceOptions(parent=self)

@@ -193,3 +193,16 @@ def test_worker_policy_with_a_separate_slides_bucket():
     assert puts == {f"{BUCKET_ARN}/results/*"}  # never the slides bucket
     # Overlapping prefixes are fine in different buckets.
     worker_policy(QUEUE_ARN, BUCKET_ARN, "data/", "data/", slides_bucket_arn=slides_bucket)
+
+
+def test_worker_may_send_only_to_its_dead_letter_queue():
+    from components.pod import worker_policy
+
+    q = "arn:aws:sqs:us-east-1:123456789012:work"
+    dlq = "arn:aws:sqs:us-east-1:123456789012:work-dlq"
+    doc = worker_policy(q, "arn:aws:s3:::results", "slides/", "results/", slides_bucket_arn="arn:aws:s3:::slides",
+                        dead_letter_queue_arn=dlq)
+    sends = [st for st in doc["Statement"] if "sqs:SendMessage" in st["Action"]]
+    assert sends == [{"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": dlq}]
+    without = worker_policy(q, "arn:aws:s3:::results", "slides/", "results/", slides_bucket_arn="arn:aws:s3:::slides")
+    assert not any("sqs:SendMessage" in st["Action"] for st in without["Statement"])
