@@ -17,7 +17,7 @@ import tifffile
 import torch
 
 from worker.device import describe_device, select_device
-from worker.inference import Predictor, TileJob, torch_threads
+from worker.inference import Predictor, TileJob, cpu_count, torch_threads
 from worker.model import LoadedModel, load_model
 from worker.pipeline import PipelineSettings, overlay_name, process_slide
 from worker.slides import open_slide
@@ -125,12 +125,21 @@ def compute_only(slide_path: Path, model: LoadedModel, jobs: list[TileJob], sett
     n = len(sample)
     batches = [np.ascontiguousarray(tiles[(np.arange(s.batch_size) + i) % n]) for i in range(0, n, s.batch_size)]
     sizes = [min(s.batch_size, len(jobs) - i) for i in range(0, len(jobs), s.batch_size)]
-    with torch_threads(s.torch_threads if model.device.type == "cpu" else 0):
-        pred.predict(batches[0])  # warm: the first call builds kernels
+    cpu = model.device.type == "cpu"
+    workers = s.compute_workers if cpu else 1  # the pipeline's own arrangement of compute threads
+    with torch_threads(max(1, s.torch_threads // workers) if cpu else 0), ThreadPoolExecutor(workers) as pool:
+        list(pool.map(pred.predict, batches[:workers]))  # warm: the first calls build kernels
         t0 = time.perf_counter()
-        for k, size in enumerate(sizes):
-            pred.predict(batches[k % len(batches)][:size])
+        for _ in pool.map(lambda k: pred.predict(batches[k % len(batches)][: sizes[k]]), range(len(sizes))):
+            pass
         return time.perf_counter() - t0
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 _COLD_SCRIPT = """
@@ -178,6 +187,7 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
     dev = select_device(device)
     model = load_model(None, dev)
     settings = PipelineSettings()
+    load_before = _loadavg()
     with tempfile.TemporaryDirectory(prefix="gpuburst-bench-") as tmp:
         work = Path(tmp)
         say(f"bench: writing {cfg.slide_px}x{cfg.slide_px} synthetic slide")
@@ -224,6 +234,8 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
     efficiency = max(read_s, compute_s) / pipeline_s
     result = {
         "device": describe_device(dev),
+        # Other processes on the machine distort every figure; the 1-minute load average shows how much.
+        "machine": {"cpus": cpu_count(), "load_avg_1m_before": load_before, "load_avg_1m_after": _loadavg()},
         "quick": bool(quick),
         "config": asdict(cfg),
         "note": (
@@ -247,6 +259,7 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
             "batch_size": used["batch_size"],
             "reader_threads": used["reader_threads"],
             "torch_threads": used["torch_threads"],
+            "compute_workers": used["compute_workers"],
             "amp": used["amp"],
             "timings_s": summary["timings_s"],
         },

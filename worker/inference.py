@@ -41,6 +41,12 @@ def cpu_count() -> int:
     return max(n, 1)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 in hardware (AVX512-BF16 or AMX), where CPU autocast to bf16 pays off."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
 @dataclass(frozen=True)
 class InferenceSettings:
     """How tiles are batched, read ahead and computed."""
@@ -54,10 +60,16 @@ class InferenceSettings:
     prefetch_batches: int = 3
     """Batches read ahead of the model; bounds memory at (prefetch + 2) x batch tiles (default 3)."""
     torch_threads: int = 0
-    """torch intra-op threads on CPU; 0 uses every CPU of the process (default 0). Restored afterwards."""
+    """torch intra-op threads on CPU, shared out among the compute workers; 0 uses every CPU of the process
+    (default 0). Restored afterwards."""
+    compute_workers: int = 0
+    """Batches computed at once on CPU, each by its own thread with torch_threads / compute_workers intra-op
+    threads; 0 picks min(4, CPUs) on CPU and 1 on CUDA (default 0). Separate single-threaded batches keep the
+    cores busy where one batch over all cores stalls at every layer whenever a reader thread takes a core."""
     amp: str = "auto"
-    """Mixed precision on CUDA only: "auto" (bf16 where supported, else fp16), "bf16", "fp16" or "off" (default
-    "auto"). CPU always computes in float32."""
+    """Mixed precision: "auto", "bf16", "fp16" or "off" (default "auto"). On CUDA "auto" is bf16 where supported,
+    else fp16. On CPU "auto" is bf16 only where the processor computes bf16 natively (AVX512-BF16 or AMX: 2-3x
+    faster convolutions for this net, measured), else float32; fp16 is CUDA-only."""
 
     def resolved(self, device: torch.device) -> "InferenceSettings":
         """These settings with every 0/"auto" replaced by the concrete choice for `device`."""
@@ -66,7 +78,8 @@ class InferenceSettings:
         if amp not in ("auto", "bf16", "fp16", "off"):
             raise ValueError(f"amp={amp!r}: expected 'auto', 'bf16', 'fp16' or 'off'")
         if not cuda:
-            amp = "off"
+            native_bf16 = cpu_has_native_bf16()
+            amp = "bf16" if amp in ("auto", "bf16") and native_bf16 else "off"
         elif amp == "auto":
             amp = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         return InferenceSettings(
@@ -74,6 +87,7 @@ class InferenceSettings:
             reader_threads=self.reader_threads or min(8 if cuda else 2, cpu_count()),
             prefetch_batches=max(self.prefetch_batches, 1),
             torch_threads=self.torch_threads or cpu_count(),
+            compute_workers=1 if cuda else (self.compute_workers or min(4, cpu_count())),
             amp=amp,
         )
 
@@ -85,8 +99,8 @@ class InferenceStats:
     tiles: int = 0
     batches: int = 0
     read_s: float = 0.0  # reader threads' busy time: pread + decode, summed over threads
-    infer_s: float = 0.0  # model time seen by the caller's thread: upload, forward, argmax, download
-    wait_s: float = 0.0  # caller's thread waiting for tiles: non-zero means reading is the bottleneck
+    infer_s: float = 0.0  # model time: upload, forward, argmax, download, summed over compute threads
+    wait_s: float = 0.0  # compute waiting for decoded tiles: well above zero means reading is the bottleneck
 
 
 @dataclass(frozen=True)
@@ -123,7 +137,7 @@ class Predictor:
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # batches have one shape: let cuDNN pick the fastest kernels
         self._amp = (
-            (lambda: torch.autocast("cuda", dtype=torch.bfloat16 if amp == "bf16" else torch.float16))
+            (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16))
             if amp in ("bf16", "fp16")
             else contextlib.nullcontext
         )
@@ -162,6 +176,9 @@ def iter_class_maps(
     pred = Predictor(model, settings)
     s = pred.settings
     stats = stats if stats is not None else InferenceStats()
+    if pred.device.type == "cpu" and s.compute_workers > 1:
+        yield from _iter_cpu_workers(slide, level, pred, jobs, stats, progress)
+        return
     total = len(jobs)
     t = model.tile_size
     cuda = pred.device.type == "cuda"
@@ -238,3 +255,78 @@ def iter_class_maps(
         finally:
             for f in inflight:  # consumer stopped early: drop what was queued
                 f.cancel()
+
+
+def _iter_cpu_workers(
+    slide: Slide,
+    level: Level,
+    pred: Predictor,
+    jobs: Sequence[TileJob],
+    stats: InferenceStats,
+    progress: Callable[[int, int], None] | None,
+) -> Iterator[tuple[TileJob, np.ndarray]]:
+    """iter_class_maps on CPU with several batches computed at once, each on one worker thread."""
+    s = pred.settings
+    t = pred.model.tile_size
+    total = len(jobs)
+    depth = s.prefetch_batches + s.compute_workers  # batches being read or computed
+    free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+    for _ in range(depth):
+        free.put(np.empty((s.batch_size, t, t, 3), np.uint8))
+    chunks = iter([jobs[i : i + s.batch_size] for i in range(0, total, s.batch_size)])
+
+    def read(chunk: Sequence[TileJob], buf: np.ndarray) -> float:
+        t0 = time.perf_counter()
+        for i, job in enumerate(chunk):
+            slide.read_region(level, job.x, job.y, t, t, out=buf[i])
+        return time.perf_counter() - t0
+
+    def compute(chunk: Sequence[TileJob], buf: np.ndarray, reading) -> tuple:
+        # Both pools are FIFO and get batches in the same order, so the read this waits for is never stuck
+        # behind a compute task: no deadlock, and results come out in job order.
+        t0 = time.perf_counter()
+        read_s = reading.result()
+        t1 = time.perf_counter()
+        maps = pred.predict(buf[: len(chunk)])
+        return chunk, buf, maps, read_s, time.perf_counter() - t1, t1 - t0
+
+    done = 0
+    if progress:
+        progress(0, total)
+    per_worker = max(1, s.torch_threads // s.compute_workers)
+    with (
+        torch_threads(per_worker),
+        ThreadPoolExecutor(s.reader_threads, "tile-reader") as readers,
+        ThreadPoolExecutor(s.compute_workers, "tile-compute") as workers,
+    ):
+        inflight: deque = deque()
+
+        def submit() -> None:
+            chunk = next(chunks, None)
+            if chunk is not None:
+                buf = free.get()
+                reading = readers.submit(read, chunk, buf)
+                inflight.append((reading, workers.submit(compute, chunk, buf, reading)))
+
+        for _ in range(depth):
+            submit()
+        try:
+            while inflight:
+                chunk, buf, maps, read_s, infer_s, wait_s = inflight[0][1].result()
+                inflight.popleft()
+                stats.wait_s += wait_s
+                stats.read_s += read_s
+                stats.infer_s += infer_s
+                stats.batches += 1
+                free.put(buf)
+                submit()
+                for job, m in zip(chunk, maps):
+                    yield job, m
+                done += len(chunk)
+                stats.tiles = done
+                if progress:
+                    progress(done, total)
+        finally:
+            for reading, computing in inflight:  # consumer stopped early or a batch failed: drop the rest
+                computing.cancel()
+                reading.cancel()

@@ -273,15 +273,20 @@ def render_preview(
     h, w = thumbnail.shape[:2]
     scale = min(1.0, max_side / max(h, w))
     ph, pw = max(int(round(h * scale)), 1), max(int(round(w * scale)), 1)
-    ry = np.minimum((np.arange(ph) + 0.5) * h / ph, h - 1).astype(np.int64)
-    rx = np.minimum((np.arange(pw) + 0.5) * w / pw, w - 1).astype(np.int64)
-    base = thumbnail[ry[:, None], rx[None, :], :3].astype(np.float32)
-    ly = np.minimum((np.arange(ph) + 0.5) * labels.shape[0] / ph, labels.shape[0] - 1).astype(np.int64)
-    lx = np.minimum((np.arange(pw) + 0.5) * labels.shape[1] / pw, labels.shape[1] - 1).astype(np.int64)
-    lab = labels[ly[:, None], lx[None, :]]
-    col = colorize(lab, colors).astype(np.float32)
-    a = np.where(lab > 0, np.float32(alpha), np.float32(0.0))[..., None]
-    return np.clip(base * (1 - a) + col * a + 0.5, 0, 255).astype(np.uint8)
+
+    def pick(n_in: int, n_out: int) -> np.ndarray:  # nearest sample positions, pixel centres
+        return np.minimum((np.arange(n_out) + 0.5) * n_in / n_out, n_in - 1).astype(np.int64)
+
+    out = np.ascontiguousarray(thumbnail[..., :3] if (ph, pw) == (h, w) else thumbnail[pick(h, ph)[:, None], pick(w, pw)[None, :], :3])
+    lab = labels[pick(labels.shape[0], ph)[:, None], pick(labels.shape[1], pw)[None, :]]
+    fg = lab > 0
+    if fg.any():  # blend only where there is a class to show: most of a slide is background
+        a = int(round(min(max(alpha, 0.0), 1.0) * 256))
+        col = colorize(lab[fg], colors).astype(np.uint16)
+        if np.shares_memory(out, thumbnail):  # never paint over the caller's thumbnail
+            out = out.copy()
+        out[fg] = ((out[fg].astype(np.uint16) * (256 - a) + col * a + 128) >> 8).astype(np.uint8)
+    return out
 
 
 def write_png(path: str | Path, rgb: np.ndarray) -> Path:

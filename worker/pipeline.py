@@ -233,6 +233,7 @@ def process_slide(
                     "batch_size": used.batch_size,
                     "reader_threads": used.reader_threads,
                     "torch_threads": used.torch_threads if model.device.type == "cpu" else None,
+                    "compute_workers": used.compute_workers,
                     "amp": used.amp,
                     "batches": stats.batches,
                 },

@@ -18,7 +18,7 @@ def test_keys_and_json(result):
     assert set(result) >= {
         "device", "quick", "config", "note", "slide", "pipeline", "naive", "speedup", "read_only_s", "compute_only_s",
         "pipeline_efficiency", "agreement_with_naive", "skipped_tiles_foreground_px", "cold_start", "targets",
-        "rounds_s",
+        "rounds_s", "machine",
     }
     assert json.loads(json.dumps(result)) == result
     assert result["device"].startswith("cpu (") and result["quick"] is True

@@ -29,13 +29,14 @@ def _jobs(n_across=5, n_down=4, t=256):
     return [TileJob(tx, ty, tx * t, ty * t) for ty in range(n_down) for tx in range(n_across)]
 
 
-def test_batched_equals_one_at_a_time_and_keeps_order(model, slide_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_batched_equals_one_at_a_time_and_keeps_order(model, slide_path, workers):
     jobs = _jobs()
     seen = []
     stats = InferenceStats()
     with open_slide(slide_path) as slide:
         lv = slide.levels[0]
-        settings = InferenceSettings(batch_size=3, prefetch_batches=2, reader_threads=2)
+        settings = InferenceSettings(batch_size=3, prefetch_batches=2, reader_threads=2, compute_workers=workers)
         out = list(iter_class_maps(slide, lv, model, jobs, settings, stats, lambda d, t: seen.append((d, t))))
         pred = Predictor(model)
         single = [pred.predict(slide.read_region(lv, j.x, j.y, 256, 256)[None])[0] for j in jobs]
@@ -48,8 +49,9 @@ def test_batched_equals_one_at_a_time_and_keeps_order(model, slide_path):
     assert stats.tiles == 20 and stats.batches == 7 and stats.read_s > 0 and stats.infer_s > 0
 
 
-def test_reading_runs_in_reader_threads_and_is_bounded(model, slide_path):
-    """Tiles are read off the caller's thread, and never more than (prefetch + 1) batches ahead of the consumer."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_reading_runs_in_reader_threads_and_is_bounded(model, slide_path, workers):
+    """Tiles are read off the caller's thread, never more than (prefetch + workers + 1) batches ahead of the consumer."""
     jobs = _jobs()
     batch, prefetch = 2, 2
     threads, reads, consumed = set(), [], [0]
@@ -62,11 +64,11 @@ def test_reading_runs_in_reader_threads_and_is_bounded(model, slide_path):
                 threads.add(threading.current_thread().name)
                 reads.append(consumed[0])
                 ahead = len(reads) - consumed[0]
-            assert ahead <= (prefetch + 1) * batch + batch, f"read {ahead} tiles ahead"
+            assert ahead <= (prefetch + workers + 1) * batch, f"read {ahead} tiles ahead"
             return original(level, x, y, w, h, out=out)
 
         slide.read_region = spy
-        settings = InferenceSettings(batch_size=batch, prefetch_batches=prefetch, reader_threads=1)
+        settings = InferenceSettings(batch_size=batch, prefetch_batches=prefetch, reader_threads=1, compute_workers=workers)
         for _ in iter_class_maps(slide, slide.levels[0], model, jobs, settings):
             with lock:
                 consumed[0] += 1
@@ -74,14 +76,15 @@ def test_reading_runs_in_reader_threads_and_is_bounded(model, slide_path):
     assert len(reads) == len(jobs)
 
 
-def test_a_read_error_surfaces_in_the_caller(model, slide_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_read_error_surfaces_in_the_caller(model, slide_path, workers):
     with open_slide(slide_path) as slide:
         def broken(*a, **k):
             raise RuntimeError("disk on fire")
 
         slide.read_region = broken
         with pytest.raises(RuntimeError, match="disk on fire"):
-            list(iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(batch_size=4)))
+            list(iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(batch_size=4, compute_workers=workers)))
 
 
 def test_no_jobs_yields_nothing_and_reports_zero(model, slide_path):
@@ -91,10 +94,19 @@ def test_no_jobs_yields_nothing_and_reports_zero(model, slide_path):
     assert seen == [(0, 0)]
 
 
-def test_settings_resolve_per_device():
+def test_settings_resolve_per_device(monkeypatch):
+    import worker.inference as inference
+
     cpu = InferenceSettings().resolved(CPU)
-    assert cpu.amp == "off" and cpu.batch_size == 4 and 1 <= cpu.reader_threads <= 2 and cpu.torch_threads >= 1
-    assert InferenceSettings(amp="fp16").resolved(CPU).amp == "off"  # autocast is for CUDA only
+    assert cpu.amp == ("bf16" if inference.cpu_has_native_bf16() else "off")
+    assert cpu.batch_size == 4 and 1 <= cpu.reader_threads <= 2 and cpu.torch_threads >= 1
+    assert cpu.compute_workers == min(4, cpu.torch_threads)
+    assert InferenceSettings(amp="fp16").resolved(CPU).amp == "off"  # fp16 autocast is for CUDA only
+    assert InferenceSettings(amp="off").resolved(CPU).amp == "off"
+    monkeypatch.setattr(inference, "cpu_has_native_bf16", lambda: True)
+    assert InferenceSettings().resolved(CPU).amp == "bf16"
+    monkeypatch.setattr(inference, "cpu_has_native_bf16", lambda: False)
+    assert InferenceSettings().resolved(CPU).amp == "off"  # emulated bf16 would be slower than float32
     with pytest.raises(ValueError, match="amp='fp8'"):
         InferenceSettings(amp="fp8").resolved(CPU)
 
@@ -113,6 +125,14 @@ def test_cpu_count_respects_a_cgroup_quota(tmp_path, monkeypatch, content, cap):
     assert inf.cpu_count() == cores
 
 
+def test_early_stop_leaves_no_threads_reading(model, slide_path):
+    with open_slide(slide_path) as slide:
+        it = iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(batch_size=2, compute_workers=2))
+        next(it)
+        it.close()  # the consumer gives up (an exception in the overlay writer, say)
+    assert not [t for t in threading.enumerate() if t.name.startswith(("tile-reader", "tile-compute"))]
+
+
 def test_torch_threads_are_restored():
     before = torch.get_num_threads()
     with torch_threads(1):
@@ -124,3 +144,17 @@ def test_predict_runs_without_autograd(model):
     batch = np.full((2, 256, 256, 3), 246, np.uint8)
     out = Predictor(model).predict(batch)
     assert out.shape == (2, 64, 64) and (out == 0).all()  # plain glass is background
+
+
+def test_cpu_bf16_class_maps_agree_with_float32(model, slide_path):
+    """bf16 autocast on CPU must not change the answer: nearly every class pixel agrees with float32."""
+    import worker.inference as inference
+
+    if not inference.cpu_has_native_bf16():
+        pytest.skip("this CPU computes no bf16 in hardware, so amp='bf16' resolves to float32 here")
+    assert InferenceSettings(amp="bf16").resolved(CPU).amp == "bf16"
+    with open_slide(slide_path) as slide:
+        fp32 = [m for _, m in iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(amp="off"))]
+        bf16 = [m for _, m in iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(amp="bf16"))]
+    a, b = np.concatenate([m.ravel() for m in fp32]), np.concatenate([m.ravel() for m in bf16])
+    assert a.size > 0 and (a == b).mean() > 0.995

@@ -16,6 +16,8 @@ from worker.model import BUILTIN_WEIGHTS, META_FILE, ModelError, TinySegNet, exp
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
+# torch 2.13 marks TorchScript deprecated; --model still takes TorchScript files, so these tests build them.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 
 
 @pytest.fixture(scope="module")

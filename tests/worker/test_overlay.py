@@ -141,8 +141,13 @@ def test_preview_colours_classes_over_the_thumbnail(tmp_path):
     lab[10:20, 10:30] = 1
     img = render_preview(thumb, lab, COLORS, alpha=0.5, max_side=100)
     assert img.shape == (50, 100, 3)
+    same = render_preview(thumb[::2, ::2].copy(), lab, COLORS, alpha=0.5)  # no resampling needed
+    assert np.array_equal(same, img)
     assert tuple(img[0, 0]) == (240, 240, 240)  # background left clear
     assert tuple(img[15, 20]) == (140, 165, 235)  # half nuclei blue over glass
     path = write_png(tmp_path / "p.png", img)
     assert np.array_equal(imagecodecs.png_decode(path.read_bytes()), img)
     assert colorize(np.array([[2, 7]], np.uint8), COLORS).tolist() == [[[230, 60, 40], [255, 255, 255]]]
+    small = np.full((50, 100, 3), 240, np.uint8)
+    render_preview(small, lab, COLORS)
+    assert (small == 240).all()  # the caller's thumbnail is left alone
