@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("consume", help="process slides from an SQS queue (KEDA ScaledJob or Deployment)",
                        description="Long-poll an SQS queue and process one slide per message; see "
-                                   "worker/README-contract.md for the message contract.")
+                                   "docs/worker.md for the message contract.")
     c.add_argument("--queue-url", default=_env("QUEUE_URL"), help="SQS work queue URL (default $QUEUE_URL)")
     c.add_argument("--mode", choices=("job", "service"), default="job",
                    help="job: exit 0 when a long poll comes back empty (or after --max-messages); "
