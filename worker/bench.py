@@ -84,7 +84,7 @@ def _tissue_jobs(slide_path: Path, model: LoadedModel, settings: PipelineSetting
 
 
 def read_only(slide_path: Path, model: LoadedModel, jobs: list[TileJob], settings: PipelineSettings) -> float:
-    """Seconds to read and decode `jobs` with the pipeline's reader threads and batching, computing nothing."""
+    """Seconds to read and decode `jobs` with the pipeline's reading threads and batching, computing nothing."""
     s = settings.inference.resolved(model.device)
     T = model.tile_size
     chunks = [jobs[i : i + s.batch_size] for i in range(0, len(jobs), s.batch_size)]
@@ -101,7 +101,8 @@ def read_only(slide_path: Path, model: LoadedModel, jobs: list[TileJob], setting
             return len(chunk)
 
         t0 = time.perf_counter()
-        with ThreadPoolExecutor(s.reader_threads) as pool:
+        # The pipeline's reading threads: its reader threads, or its compute workers where those read their own.
+        with ThreadPoolExecutor(s.reader_threads or s.compute_workers) as pool:
             done = sum(pool.map(read, chunks))
         elapsed = time.perf_counter() - t0
     if done != len(jobs):
@@ -258,6 +259,7 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
             "tiles": summary["tiles_seen"],
             "batch_size": used["batch_size"],
             "reader_threads": used["reader_threads"],
+            "read_by": "reader threads" if used["reader_threads"] else "the compute workers, each its own batch",
             "torch_threads": used["torch_threads"],
             "compute_workers": used["compute_workers"],
             "amp": used["amp"],

@@ -5,7 +5,9 @@ import contextlib
 import math
 import os
 import queue
+import threading
 import time
+import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -13,8 +15,9 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from worker.model import LoadedModel
+from worker.model import LoadedModel, TinySegNet
 from worker.slides import Level, Slide
 
 
@@ -52,13 +55,18 @@ class InferenceSettings:
     """How tiles are batched, read ahead and computed."""
 
     batch_size: int = 0
-    """Tiles per model call; 0 picks 32 on CUDA and 4 on CPU (default 0). On CPU larger batches gained nothing
-    (measured 1-16 on 2 cores: within noise, 16 slowest), since a 256 px tile already keeps the cores busy."""
+    """Tiles per model call; 0 picks 32 on CUDA and 4 on CPU (default 0). On CPU (2 cores, bf16, one batch per
+    compute worker) 2, 4 and 8 measured within noise of each other and 1 ~10 % slower: a 256 px tile is already a
+    large enough unit of work for one core."""
     reader_threads: int = 0
-    """Threads reading and decoding tiles; 0 picks min(8, CPUs) on CUDA and min(2, CPUs) on CPU, where the model
-    needs the cores and decoding is ~10 % of the work (default 0)."""
+    """Threads reading and decoding tiles ahead of the model (default 0). 0 picks min(8, CPUs) on CUDA; on CPU with
+    several compute workers it stays 0: each worker reads its own batch, then computes it (on a few cores reader
+    threads only take turns with the compute threads, and a tile decoded by the thread that computes it is still
+    in that core's cache: measured 2-4 % faster than 2 reader threads on 2 cores); with one compute worker,
+    min(2, CPUs)."""
     prefetch_batches: int = 3
-    """Batches read ahead of the model; bounds memory at (prefetch + 2) x batch tiles (default 3)."""
+    """Batches read ahead of the model (queued ahead of the workers where they read their own); bounds memory at
+    (prefetch + 2) x batch tiles on CUDA and (prefetch + compute_workers) x batch tiles on CPU (default 3)."""
     torch_threads: int = 0
     """torch intra-op threads on CPU, shared out among the compute workers; 0 uses every CPU of the process
     (default 0). Restored afterwards."""
@@ -69,7 +77,8 @@ class InferenceSettings:
     amp: str = "auto"
     """Mixed precision: "auto", "bf16", "fp16" or "off" (default "auto"). On CUDA "auto" is bf16 where supported,
     else fp16. On CPU "auto" is bf16 only where the processor computes bf16 natively (AVX512-BF16 or AMX: 2-3x
-    faster convolutions for this net, measured), else float32; fp16 is CUDA-only."""
+    faster convolutions for this net, measured), else float32; fp16 is CUDA-only. On CPU the built-in net runs as
+    a CpuNet in that dtype (weights converted once, no autocast); other models run under autocast."""
 
     def resolved(self, device: torch.device) -> "InferenceSettings":
         """These settings with every 0/"auto" replaced by the concrete choice for `device`."""
@@ -82,12 +91,14 @@ class InferenceSettings:
             amp = "bf16" if amp in ("auto", "bf16") and native_bf16 else "off"
         elif amp == "auto":
             amp = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        workers = 1 if cuda else (self.compute_workers or min(4, cpu_count()))
+        readers = self.reader_threads or (min(8, cpu_count()) if cuda else 0 if workers > 1 else min(2, cpu_count()))
         return InferenceSettings(
             batch_size=self.batch_size or (32 if cuda else 4),
-            reader_threads=self.reader_threads or min(8 if cuda else 2, cpu_count()),
+            reader_threads=readers,
             prefetch_batches=max(self.prefetch_batches, 1),
             torch_threads=self.torch_threads or cpu_count(),
-            compute_workers=1 if cuda else (self.compute_workers or min(4, cpu_count())),
+            compute_workers=workers,
             amp=amp,
         )
 
@@ -126,6 +137,210 @@ def torch_threads(n: int):
             torch.set_num_threads(before)
 
 
+class CpuNet:
+    """The built-in TinySegNet re-expressed for CPU inference: the same function, computed with less work.
+
+    * The input scaling (x / 255 - 0.5) * 4 is folded into the stem convolution (exact: that convolution has no
+      padding), so a uint8 tile converts straight to the compute dtype (0-255 are exact in bfloat16) and the three
+      elementwise passes over every input pixel disappear.
+    * The head's 3x3 convolution over cat(fine, upsample2x(context)) is split by input channels (convolution is
+      linear): its fine part stays a 3x3 convolution at 1/4, and its context part, a 3x3 convolution over a
+      nearest-upsampled image, equals a 4x4 stride-2 transposed convolution over the context itself at 1/8 (each
+      output pixel's 3x3 window meets 2x2 context pixels). That is 40 % fewer multiply-adds in the head (~14 % of
+      the net), and no upsampled or concatenated copy of the context is made. In float32 the result matches the
+      module to ~1e-6.
+    * Weights are held in the compute dtype (bfloat16 where the CPU computes it natively): no per-call autocast
+      casts of weights and activations.
+    * Each ReLU, and the sum of the head's two parts, runs inside a convolution (oneDNN post-ops) instead of as
+      another pass over the activations, and the convolution weights are pre-packed into oneDNN's layout once per
+      batch size, not reordered at every call.
+
+    Built once per model and process (`cpu_net`), checked there against the model's own float32 forward. It holds
+    converted copies of the weights taken then: a module changed in place afterwards needs a new LoadedModel.
+    """
+
+    def __init__(self, net: torch.nn.Module, dtype: torch.dtype, tile_size: int):
+        self.dtype = dtype
+        self.tile_size = tile_size
+        self._stem = [self._conv(blk, first=(i == 0)) for i, blk in enumerate(net.stem)]
+        self._context = [self._conv(blk) for blk in net.context]
+        head, last = self._conv(net.head[0]), net.head[1]
+        if not isinstance(last, torch.nn.Conv2d) or last.kernel_size != (1, 1):
+            raise TypeError("head[1] is not a 1x1 Conv2d")
+        if (head["kernel"], head["padding"], head["stride"], head["dilation"]) != ([3, 3], [1, 1], [1, 1], [1, 1]):
+            raise TypeError("head[0] is not a 3x3 'same' convolution")
+        self._last = self._conv_spec(last, relu=False)
+        # Split the head by its input channels: cat(fine, context) -> fine part + context part.
+        w = net.head[0][0].weight.detach().to("cpu", torch.float64)
+        fine_ch = self._stem[-1]["weight"].shape[0]
+        w_fine, w_ctx = w[:, :fine_ch], w[:, fine_ch:]
+        self._head_fine = dict(head, weight=w_fine.to(dtype).contiguous(memory_format=torch.channels_last))
+        # Output row 2i+a, kernel row u reads upsampled row 2i+a+u-1, i.e. context row i + (a+u-1)//2. As a
+        # transposed convolution (stride 2, padding 1, kernel 4) that context row i+d feeds output row 2i+a through
+        # kernel row 2(-d) + a + 1.
+        wt = torch.zeros(w_ctx.shape[1], w_ctx.shape[0], 4, 4, dtype=torch.float64)  # in, out, kh, kw
+        for a in (0, 1):
+            for b in (0, 1):
+                for u in range(3):
+                    for v in range(3):
+                        du, dv = (a + u - 1) // 2, (b + v - 1) // 2
+                        wt[:, :, a + 1 - 2 * du, b + 1 - 2 * dv] += w_ctx[:, :, u, v].T
+        self._ctx_up = wt.to(dtype).contiguous(memory_format=torch.channels_last)
+        self._fused = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_convolution_pointwise")
+        self._pack = self._fused and hasattr(torch.ops.mkldnn, "_reorder_convolution_weight")
+        transposed_ops = ("_reorder_convolution_transpose_weight", "_convolution_transpose_pointwise")
+        self._pack_transposed = self._fused and all(hasattr(torch.ops.mkldnn, op) for op in transposed_ops)
+        self._packed: dict[int, list] = {}  # batch size -> weight per convolution, packed for it
+        self._warm: set[int] = set()  # batch sizes run once already
+
+    def _conv(self, blk: torch.nn.Module, first: bool = False) -> dict:
+        # A ConvBNReLU whose BatchNorm was folded: [Conv2d, Identity, ReLU].
+        conv, bn, act = blk[0], blk[1], blk[2]
+        nn = torch.nn
+        if not (isinstance(conv, nn.Conv2d) and isinstance(bn, nn.Identity) and isinstance(act, nn.ReLU)):
+            raise TypeError("not a folded Conv-BN-ReLU block")
+        return self._conv_spec(conv, relu=True, raw_input=first)
+
+    def _conv_spec(self, conv: torch.nn.Conv2d, relu: bool, raw_input: bool = False) -> dict:
+        if conv.groups != 1 or conv.padding_mode != "zeros" or isinstance(conv.padding, str) or conv.bias is None:
+            raise TypeError("unsupported convolution")
+        w, b = conv.weight.detach().to("cpu", torch.float64), conv.bias.detach().to("cpu", torch.float64)
+        if raw_input:
+            if any(conv.padding):
+                raise TypeError("the stem convolution pads its input: the input scaling cannot be folded into it")
+            # conv((x / 255 - 0.5) * 4) = conv'(x) with w' = w * 4/255 and b' = b - 2 * sum(w); rounded once.
+            w, b = w * (4.0 / 255.0), b - 2.0 * w.sum(dim=(1, 2, 3))
+        return {
+            "weight": w.to(self.dtype).contiguous(memory_format=torch.channels_last), "bias": b.to(self.dtype),
+            "kernel": list(conv.kernel_size), "padding": list(conv.padding), "stride": list(conv.stride),
+            "dilation": list(conv.dilation), "relu": relu,
+        }
+
+    def _weights(self, n: int) -> list:
+        """The convolution weights (stem..., context..., head's fine part, last, head's context part), packed for
+        batch size n."""
+        packed = self._packed.get(n)
+        if packed is None:
+            specs = [*self._stem, *self._context]
+            side = self.tile_size
+            sides = []
+            for spec in specs:  # input side of each convolution
+                sides.append(side)
+                k, p, s, d = spec["kernel"][0], spec["padding"][0], spec["stride"][0], spec["dilation"][0]
+                side = (side + 2 * p - d * (k - 1) - 1) // s + 1
+            fine_side = sides[len(self._stem)] if self._context else side
+            specs += [self._head_fine, self._last]
+            sides += [fine_side, fine_side]
+            packed = []
+            for spec, side in zip(specs, sides):
+                w = spec["weight"]
+                if self._pack:  # the input size only steers oneDNN's choice of weight layout
+                    w = torch.ops.mkldnn._reorder_convolution_weight(
+                        w, spec["padding"], spec["stride"], spec["dilation"], 1, [n, w.shape[1], side, side]
+                    )
+                packed.append(w)
+            w = self._ctx_up
+            if self._pack_transposed:
+                w = torch.ops.mkldnn._reorder_convolution_transpose_weight(
+                    w, [1, 1], [0, 0], [2, 2], [1, 1], 1, [n, w.shape[0], fine_side // 2, fine_side // 2]
+                )
+            packed.append(w)
+            self._packed[n] = packed  # a race only packs twice: both results are the same
+        return packed
+
+    def _run(self, x: torch.Tensor, w: torch.Tensor, spec: dict, add: torch.Tensor | None = None) -> torch.Tensor:
+        """relu(conv(x) + add) (relu and add as the spec says), as one oneDNN call where torch has it."""
+        if self._fused:
+            unary = "relu" if spec["relu"] else "none"
+            args = (spec["padding"], spec["stride"], spec["dilation"], 1)
+            if add is None:
+                return torch.ops.mkldnn._convolution_pointwise(x, w, spec["bias"], *args, unary, [], "")
+            return torch.ops.mkldnn._convolution_pointwise.binary(
+                x, add, w, spec["bias"], *args, "add", None, unary if spec["relu"] else None, [], ""
+            )
+        y = F.conv2d(x, w, spec["bias"], spec["stride"], spec["padding"], spec["dilation"])
+        if add is not None:
+            y = y.add_(add)
+        return y.relu_() if spec["relu"] else y
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits (N x C x T/s x T/s) for x: N x 3 x T x T, raw 0-255 RGB values in `dtype`, channels_last."""
+        packed = self._weights(x.shape[0])
+        weights = iter(packed)
+        for spec in self._stem:
+            x = self._run(x, next(weights), spec)
+        fine = x
+        for spec in self._context:
+            x = self._run(x, next(weights), spec)
+        if 2 * x.shape[-2] != fine.shape[-2] or 2 * x.shape[-1] != fine.shape[-1]:
+            raise RuntimeError("the context branch is not at half the resolution of the fine one")
+        if self._pack_transposed:
+            ctx_part = torch.ops.mkldnn._convolution_transpose_pointwise(
+                x, packed[-1], None, [1, 1], [0, 0], [2, 2], [1, 1], 1, "none", [], ""
+            )
+        else:
+            ctx_part = F.conv_transpose2d(x, self._ctx_up, None, stride=2, padding=1)
+        x = self._run(fine, next(weights), self._head_fine, add=ctx_part)
+        return self._run(x, next(weights), self._last)
+
+    def warm(self, n: int) -> None:
+        """Run one blank batch of n tiles, once per size and process: oneDNN builds its kernels for a shape on its
+        first call, which would otherwise stall the first batch of the first slide."""
+        if n in self._warm:
+            return
+        with torch.inference_mode():
+            x = torch.zeros(n, 3, self.tile_size, self.tile_size, dtype=self.dtype)
+            self.logits(x.contiguous(memory_format=torch.channels_last))
+        self._warm.add(n)
+
+    def __call__(self, batch: np.ndarray) -> torch.Tensor:
+        """uint8 class maps (N x T/s x T/s) for a uint8 N x T x T x 3 batch."""
+        # NHWC -> NCHW is a view with channels_last strides; the dtype conversion keeps that layout.
+        x = torch.from_numpy(batch).permute(0, 3, 1, 2).to(self.dtype)
+        return self.logits(x).argmax(1).to(torch.uint8)
+
+
+_CPU_NETS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+_CPU_NETS_LOCK = threading.Lock()
+
+
+def cpu_net(model: LoadedModel, amp: str) -> CpuNet | None:
+    """The CpuNet of `model` computing in bfloat16 (amp "bf16") or float32, or None where it does not apply.
+
+    It applies to the built-in TinySegNet on CPU. It is built once per model and process (later slides reuse it,
+    kernels and packed weights warm) and only kept if its float32 twin computes the model's own float32 logits
+    (within 1e-3) on a random tile: any other net, or a changed forward, falls back to the plain module.
+    """
+    net = model.module
+    if model.device.type != "cpu" or type(net) is not TinySegNet:
+        return None
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float32
+    with _CPU_NETS_LOCK:
+        built = _CPU_NETS.setdefault(net, {})
+        if dtype not in built:
+            built[dtype] = _build_cpu_net(model, dtype)
+        return built[dtype]
+
+
+def _build_cpu_net(model: LoadedModel, dtype: torch.dtype) -> CpuNet | None:
+    T = model.tile_size
+    try:
+        check = CpuNet(model.module, torch.float32, T)
+        x = torch.rand(1, 3, T, T, generator=torch.Generator().manual_seed(0)).mul_(255).round_()
+        x = x.contiguous(memory_format=torch.channels_last)
+        with torch.inference_mode():
+            want = model.module(x / 255.0)
+            got = check.logits(x)
+        tolerance = 1e-3 * max(1.0, float(want.abs().max()))
+        if got.shape != want.shape or not torch.allclose(got, want, rtol=0, atol=tolerance):
+            return None
+        fast = check if dtype == torch.float32 else CpuNet(model.module, dtype, T)
+        fast.warm(1)
+    except Exception:  # noqa: BLE001 - not the net this was written for, or an op this torch lacks: the plain
+        return None  # module computes it
+    return fast
+
+
 class Predictor:
     """Runs a LoadedModel on uint8 RGB tile batches (N x T x T x 3) and returns uint8 class maps."""
 
@@ -141,9 +356,15 @@ class Predictor:
             if amp in ("bf16", "fp16")
             else contextlib.nullcontext
         )
+        self._cpu_net = cpu_net(model, amp) if self.device.type == "cpu" else None
+        if self._cpu_net is not None:
+            self._cpu_net.warm(self.settings.batch_size)  # once per process and batch size
 
     def launch(self, batch: np.ndarray) -> torch.Tensor:
         """Start the model on `batch`; returns the class map tensor (on the device, possibly still computing)."""
+        if self._cpu_net is not None:
+            with torch.inference_mode():
+                return self._cpu_net(batch)
         x = torch.from_numpy(batch)
         if self.device.type != "cpu":
             x = x.to(self.device, non_blocking=True)  # upload uint8 (4x fewer bytes), convert on the device
@@ -265,11 +486,15 @@ def _iter_cpu_workers(
     stats: InferenceStats,
     progress: Callable[[int, int], None] | None,
 ) -> Iterator[tuple[TileJob, np.ndarray]]:
-    """iter_class_maps on CPU with several batches computed at once, each on one worker thread."""
+    """iter_class_maps on CPU with several batches computed at once, each on one worker thread.
+
+    With reader_threads == 0 each worker reads its own batch and then computes it; otherwise reader threads
+    read batches ahead of the workers.
+    """
     s = pred.settings
     t = pred.model.tile_size
     total = len(jobs)
-    depth = s.prefetch_batches + s.compute_workers  # batches being read or computed
+    depth = s.prefetch_batches + s.compute_workers  # batches being read, computed or queued for either
     free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
     for _ in range(depth):
         free.put(np.empty((s.batch_size, t, t, 3), np.uint8))
@@ -290,23 +515,32 @@ def _iter_cpu_workers(
         maps = pred.predict(buf[: len(chunk)])
         return chunk, buf, maps, read_s, time.perf_counter() - t1, t1 - t0
 
+    def read_and_compute(chunk: Sequence[TileJob], buf: np.ndarray) -> tuple:
+        read_s = read(chunk, buf)
+        t1 = time.perf_counter()
+        maps = pred.predict(buf[: len(chunk)])
+        return chunk, buf, maps, read_s, time.perf_counter() - t1, 0.0
+
     done = 0
     if progress:
         progress(0, total)
     per_worker = max(1, s.torch_threads // s.compute_workers)
-    with (
-        torch_threads(per_worker),
-        ThreadPoolExecutor(s.reader_threads, "tile-reader") as readers,
-        ThreadPoolExecutor(s.compute_workers, "tile-compute") as workers,
-    ):
+    with contextlib.ExitStack() as stack:
+        # torch_threads first: the worker threads, started after it, take its thread count on their first op.
+        stack.enter_context(torch_threads(per_worker))
+        readers = stack.enter_context(ThreadPoolExecutor(s.reader_threads, "tile-reader")) if s.reader_threads else None
+        workers = stack.enter_context(ThreadPoolExecutor(s.compute_workers, "tile-compute"))
         inflight: deque = deque()
 
         def submit() -> None:
             chunk = next(chunks, None)
             if chunk is not None:
                 buf = free.get()
-                reading = readers.submit(read, chunk, buf)
-                inflight.append((reading, workers.submit(compute, chunk, buf, reading)))
+                if readers is None:
+                    inflight.append((None, workers.submit(read_and_compute, chunk, buf)))
+                else:
+                    reading = readers.submit(read, chunk, buf)
+                    inflight.append((reading, workers.submit(compute, chunk, buf, reading)))
 
         for _ in range(depth):
             submit()
@@ -329,4 +563,5 @@ def _iter_cpu_workers(
         finally:
             for reading, computing in inflight:  # consumer stopped early or a batch failed: drop the rest
                 computing.cancel()
-                reading.cancel()
+                if reading is not None:
+                    reading.cancel()

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -117,25 +119,104 @@ def build_ome_xml(
     )
 
 
-class _Spool:
-    """Rows of one reduced level appended to a temporary file, read back in bands: memory stays one band."""
+# zlib-ng at level 3 encodes label tiles ~5x faster than zlib's default level 6 for ~20 % more bytes (measured on
+# class maps: 1.5 vs 7.9 ms for 34 tiles); plain zlib where imagecodecs was built without zlib-ng.
+_ZLIB_LEVEL = 3
 
-    def __init__(self, directory: str, width: int):
-        fd, self.path = tempfile.mkstemp(prefix="overlay-level-", suffix=".raw", dir=directory)
+
+def _tile_codec(compression: str):
+    if compression == "lzw":
+        return imagecodecs.lzw_encode
+    if getattr(imagecodecs, "ZLIBNG", None) is not None and imagecodecs.ZLIBNG.available:
+        return lambda a: imagecodecs.zlibng_encode(a, _ZLIB_LEVEL)
+    return lambda a: imagecodecs.zlib_encode(a, _ZLIB_LEVEL)
+
+
+class _TileEncoder:
+    """Encodes T x T uint8 label tiles and counts their classes; all-background tiles (most of a slide) are
+    encoded once and reused."""
+
+    def __init__(self, tile: int, compression: str, counts: np.ndarray, ncls: int):
+        self.T = tile
+        self.encode_fn = _tile_codec(compression)
+        self.empty = self.encode_fn(np.zeros((tile, tile), np.uint8))
+        self.counts = counts
+        self.ncls = ncls
+
+    def encode(self, tile: np.ndarray, count: bool = False) -> bytes:
+        """Encoded bytes of `tile` (at most T x T; an edge tile is padded with background as TIFF wants)."""
+        h, w = tile.shape
+        if not tile.any():
+            if count:
+                self.counts[0] += h * w
+            return self.empty
+        if count:
+            self._count(tile)
+        if (h, w) != (self.T, self.T):
+            full = np.zeros((self.T, self.T), np.uint8)
+            full[:h, :w] = tile
+            tile = full
+        return self.encode_fn(np.ascontiguousarray(tile))
+
+    def _count(self, tile: np.ndarray) -> None:
+        if self.ncls > 8:
+            self.counts[:] += np.bincount(tile.ravel(), minlength=self.counts.size)[: self.counts.size]
+            return
+        # A few compares beat bincount (which widens every pixel to int64) by ~10x on a 256 px tile.
+        rest = tile.size
+        for c in range(1, self.ncls):
+            n = int(np.count_nonzero(tile == c))
+            self.counts[c] += n
+            rest -= n
+        unknown = int(np.count_nonzero(tile >= self.ncls))
+        self.counts[self.ncls] += unknown  # counts has room past the classes: index ncls collects unknown ones
+        self.counts[0] += rest - unknown
+
+
+class _LevelSpool:
+    """One reduced level: its rows are gathered a tile-row at a time, encoded at once, and the tile bytes appended
+    to a temporary file, so the level costs one tile-row of memory and nothing is left to encode at the end."""
+
+    def __init__(self, directory: str, width: int, height: int, encoder: _TileEncoder, keep: bool):
+        fd, self.path = tempfile.mkstemp(prefix="overlay-level-", suffix=".tiles", dir=directory)
         self.file = os.fdopen(fd, "w+b")
-        self.width = width
-        self.rows = 0
+        self.width, self.height = width, height
+        self.encoder = encoder
+        self.T = encoder.T
+        self.band = np.zeros((self.T, width), np.uint8)
+        self.fill = 0  # rows of `band` filled
+        self.rows = 0  # rows received in all
+        self.sizes: list[int] = []  # encoded bytes per tile, row-major
+        self.whole = np.zeros((height, width), np.uint8) if keep else None  # kept for the preview
 
     def append(self, rows: np.ndarray) -> None:
-        if rows.size:
-            self.file.write(np.ascontiguousarray(rows).tobytes())
-            self.rows += rows.shape[0]
+        n = rows.shape[0]
+        if self.whole is not None and n:
+            self.whole[self.rows : self.rows + n] = rows
+        self.rows += n
+        while n:
+            take = min(n, self.T - self.fill)
+            self.band[self.fill : self.fill + take] = rows[:take]
+            self.fill += take
+            rows, n = rows[take:], n - take
+            if self.fill == self.T:
+                self._flush()
 
-    def read(self, y: int, n: int) -> np.ndarray:
+    def _flush(self) -> None:
+        band = self.band[: self.fill]
+        for x in range(0, self.width, self.T):
+            data = self.encoder.encode(band[:, x : x + self.T])
+            self.file.write(data)
+            self.sizes.append(len(data))
+        self.fill = 0
+
+    def tiles(self) -> Iterator[bytes]:
+        if self.fill:
+            self._flush()
         self.file.flush()
-        self.file.seek(y * self.width)
-        data = self.file.read(n * self.width)
-        return np.frombuffer(data, np.uint8).reshape(n, self.width)
+        self.file.seek(0)
+        for n in self.sizes:
+            yield self.file.read(n)
 
     def close(self) -> None:
         self.file.close()
@@ -159,15 +240,16 @@ def write_overlay(
 ) -> OverlayResult:
     """Write a pyramidal OME-TIFF class map from `bands` (uint8, `tile` rows x width each, the last may be shorter).
 
-    Level 0 is written as the bands arrive (they may be produced lazily by the inference); reduced levels are
-    nearest-sampled from level 0 on the way, spooled to temporary files beside `path`, and written afterwards as
-    SubIFDs. `mpp_x`/`mpp_y` are the µm per pixel of level 0. The OME-XML goes to tifffile as UTF-8 bytes.
+    Everything is encoded as the bands arrive (they may be produced lazily by the inference): level 0 tiles go
+    straight into the file; reduced levels are nearest-sampled from level 0 on the way, encoded a tile-row at a
+    time into temporary files beside `path`, and copied in as SubIFDs after level 0. `mpp_x`/`mpp_y` are the µm
+    per pixel of level 0. The OME-XML goes to tifffile as UTF-8 bytes.
     """
     s = settings or OverlaySettings()
     path = Path(path)
     sizes = level_sizes(width, height, s.tile, s.level_factor)
     ncls = len(classes)
-    counts = np.zeros(max(ncls, 256), np.int64)
+    counts = np.zeros(max(ncls + 1, 256), np.int64)
     bigtiff = s.bigtiff if s.bigtiff is not None else sum(w * h for w, h in sizes) > 1.8e9
     xml = build_ome_xml(
         name=name, width=width, height=height, mpp_x=mpp_x, mpp_y=mpp_y, classes=classes, colors=colors,
@@ -176,8 +258,13 @@ def write_overlay(
     produce_s = 0.0
     t_start = time.perf_counter()
     T = s.tile
-    # A small level 0 is kept whole for the preview; a large one is only ever seen one band at a time.
+    encoder = _TileEncoder(T, s.compression, counts, ncls)
+    # A small level 0 is kept whole for the preview; a large one is only ever seen one band at a time, and the
+    # finest reduced level of at most 2048 px a side is kept instead (a few MB at most).
     keep0 = np.zeros((height, width), np.uint8) if max(width, height) <= 2048 else None
+    pick = 0 if keep0 is not None else next(
+        (i for i, (w, h) in enumerate(sizes) if i and max(w, h) <= 2048), len(sizes) - 1
+    )
 
     def options(k: int) -> dict:
         d = s.level_factor**k
@@ -185,17 +272,18 @@ def write_overlay(
             dtype=np.uint8,
             photometric="minisblack",
             tile=(T, T),
-            compression=s.compression,
+            compression=s.compression,  # the tiles arrive encoded with this codec; tifffile writes the tag
             resolution=(1e4 / (mpp_x * d), 1e4 / (mpp_y * d)),
             resolutionunit="CENTIMETER",
-            maxworkers=1,  # label tiles encode in microseconds; threads would only buffer more tiles
         )
 
     with tempfile.TemporaryDirectory(prefix=".overlay-", dir=path.parent) as spool_dir:
-        spools = [_Spool(spool_dir, w) for w, _ in sizes[1:]]
+        spools = [
+            _LevelSpool(spool_dir, w, h, encoder, keep=(k == pick)) for k, (w, h) in enumerate(sizes[1:], start=1)
+        ]
         try:
 
-            def level0_tiles() -> Iterator[np.ndarray]:
+            def level0_tiles() -> Iterator[bytes]:
                 nonlocal produce_s
                 y = 0
                 it = iter(bands)
@@ -207,22 +295,14 @@ def write_overlay(
                     if band is None or band.shape != (want, width):
                         got = None if band is None else band.shape
                         raise ValueError(f"overlay band at row {y}: got shape {got}, expected {(want, width)}")
-                    counts[:] += np.bincount(band.ravel(), minlength=counts.size)[: counts.size]
                     if keep0 is not None:
                         keep0[y : y + want] = band
-                    rows = np.arange(y, y + want)
                     for k, spool in enumerate(spools, start=1):
                         d = s.level_factor**k
-                        spool.append(band[rows % d == 0, ::d])
+                        spool.append(band[(-y) % d :: d, ::d])  # level-0 rows y' with y' % d == 0
                     for x in range(0, width, T):
-                        yield band[:, x : x + T]
+                        yield encoder.encode(band[:, x : x + T], count=True)
                     y += want
-
-            def spooled_tiles(spool: _Spool, h: int) -> Iterator[np.ndarray]:
-                for y in range(0, h, T):
-                    band = spool.read(y, min(T, h - y))
-                    for x in range(0, spool.width, T):
-                        yield band[:, x : x + T]
 
             with tifffile.TiffWriter(path, bigtiff=bigtiff, ome=False) as tif:
                 tif.write(
@@ -237,12 +317,8 @@ def write_overlay(
                 for k, (spool, (w, h)) in enumerate(zip(spools, sizes[1:]), start=1):
                     if spool.rows != h:
                         raise RuntimeError(f"overlay level {k}: spooled {spool.rows} rows, expected {h}")
-                    tif.write(spooled_tiles(spool, h), shape=(h, w), subfiletype=1, metadata=None, **options(k))
-            if keep0 is not None:
-                preview = keep0
-            else:  # the finest reduced level small enough to hold (a few MB at most)
-                pick = next((i for i, (w, h) in enumerate(sizes) if i and max(w, h) <= 2048), len(sizes) - 1)
-                preview = spools[pick - 1].read(0, sizes[pick][1]).copy()
+                    tif.write(spool.tiles(), shape=(h, w), subfiletype=1, metadata=None, **options(k))
+            preview = keep0 if keep0 is not None else spools[pick - 1].whole
         finally:
             for spool in spools:
                 spool.close()
@@ -277,23 +353,54 @@ def render_preview(
     def pick(n_in: int, n_out: int) -> np.ndarray:  # nearest sample positions, pixel centres
         return np.minimum((np.arange(n_out) + 0.5) * n_in / n_out, n_in - 1).astype(np.int64)
 
-    out = np.ascontiguousarray(thumbnail[..., :3] if (ph, pw) == (h, w) else thumbnail[pick(h, ph)[:, None], pick(w, pw)[None, :], :3])
-    lab = labels[pick(labels.shape[0], ph)[:, None], pick(labels.shape[1], pw)[None, :]]
-    fg = lab > 0
-    if fg.any():  # blend only where there is a class to show: most of a slide is background
+    # Resampling one axis at a time (two takes) is ~5x faster than one 2-D fancy index.
+    if (ph, pw) == (h, w):
+        out = np.ascontiguousarray(thumbnail[..., :3])
+    else:
+        out = np.ascontiguousarray(thumbnail.take(pick(h, ph), 0).take(pick(w, pw), 1)[..., :3])
+    lab = labels.take(pick(labels.shape[0], ph), 0).take(pick(labels.shape[1], pw), 1).ravel()
+    fg = np.flatnonzero(lab != 0)  # flat indices of a bool mask: ~10x faster than np.nonzero(lab)
+    if len(fg):  # blend only where there is a class to show: most of a slide is background
         a = int(round(min(max(alpha, 0.0), 1.0) * 256))
         col = colorize(lab[fg], colors).astype(np.uint16)
-        if np.shares_memory(out, thumbnail):  # never paint over the caller's thumbnail
+        if np.may_share_memory(out, thumbnail):  # never paint over the caller's thumbnail
             out = out.copy()
-        out[fg] = ((out[fg].astype(np.uint16) * (256 - a) + col * a + 128) >> 8).astype(np.uint8)
+        px = out.reshape(-1, 3)
+        px[fg] = ((px[fg].astype(np.uint16) * (256 - a) + col * a + 128) >> 8).astype(np.uint8)
     return out
 
 
+def png_bytes(rgb: np.ndarray) -> bytes:
+    """An RGB uint8 image as PNG: rows Sub-filtered, deflated fast (zlib-ng level 1 where imagecodecs has it).
+
+    ~5 ms for a 1024 px preview where libpng's adaptive filtering at level 1 takes ~26 ms, for ~25 % more bytes.
+    """
+    rgb = np.ascontiguousarray(rgb, np.uint8)
+    if rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"png: expected an H x W x 3 image, got shape {rgb.shape}")
+    h, w = rgb.shape[:2]
+    rows = rgb.reshape(h, w * 3)
+    filtered = np.empty((h, w * 3 + 1), np.uint8)
+    filtered[:, 0] = 1  # filter type Sub: each byte minus the byte of the pixel to its left (mod 256)
+    filtered[:, 1:4] = rows[:, :3]
+    np.subtract(rows[:, 3:], rows[:, :-3], out=filtered[:, 4:])
+    if getattr(imagecodecs, "ZLIBNG", None) is not None and imagecodecs.ZLIBNG.available:
+        idat = imagecodecs.zlibng_encode(filtered, 1)
+    else:
+        idat = zlib.compress(filtered, 1)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)  # 8-bit RGB, deflate, adaptive filtering, no interlace
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", bytes(idat)) + chunk(b"IEND", b"")
+
+
 def write_png(path: str | Path, rgb: np.ndarray) -> Path:
-    """Write an RGB uint8 image as PNG (imagecodecs), via a temporary file and os.replace."""
+    """Write an RGB uint8 image as PNG (png_bytes), via a temporary file and os.replace."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    # Level 1: a preview is written once per slide and read by people; fast beats a few % smaller.
-    tmp.write_bytes(imagecodecs.png_encode(np.ascontiguousarray(rgb), level=1))
+    # A preview is written once per slide and read by people; fast beats a few % smaller.
+    tmp.write_bytes(png_bytes(rgb))
     os.replace(tmp, path)
     return path

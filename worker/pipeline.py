@@ -1,10 +1,12 @@
 """Process one slide end to end: tissue detection, batched inference on tissue tiles, overlay, preview and JSON."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -123,7 +125,7 @@ def process_slide(
     timings: dict[str, float] = {}
     partial = [out_dir / f".{slide_id}.overlay.partial", out_dir / f".{slide_id}.json.partial"]
     try:
-        with open_slide(slide_path, mpp_um=s.mpp_um) as slide:
+        with open_slide(slide_path, mpp_um=s.mpp_um) as slide, contextlib.ExitStack() as stack:
             timings["open"] = time.perf_counter() - t_start
             level = choose_level(slide, model, s.mpp_tolerance)
             lmx, lmy = slide.level_mpp(level)
@@ -138,6 +140,14 @@ def process_slide(
                 grid = np.ones((-(-level.height // T), -(-level.width // T)), bool)
             jobs = [TileJob(int(tx), int(ty), int(tx) * T, int(ty) * T) for ty, tx in zip(*np.nonzero(grid))]
             timings["tissue"] = time.perf_counter() - t0
+
+            side = max(level.width, level.height)
+            preview_thumb = None
+            if side / max(thumb.shape[:2]) > 1.5 * side / s.overlay.preview_max_side:
+                # The tissue thumbnail is smaller than the preview wants: read a finer one (a few dozen tiles), now,
+                # beside the inference, rather than after the last tile while the other cores idle.
+                preview_pool = stack.enter_context(ThreadPoolExecutor(1, "slide-preview"))
+                preview_thumb = preview_pool.submit(slide.thumbnail, level, max(side / s.overlay.preview_max_side, 1.0))
 
             ow, oh = -(-level.width // stride), -(-level.height // stride)
             omx, omy = lmx * stride, lmy * stride  # overlay pixel size: same physical extent as the slide
@@ -170,11 +180,7 @@ def process_slide(
             os.replace(partial[0], out_dir / overlay_name(slide_id))
 
             t0 = time.perf_counter()
-            side = max(level.width, level.height)
-            preview_thumb = thumb
-            if side / max(thumb.shape[:2]) > 1.5 * side / s.overlay.preview_max_side:
-                # The tissue thumbnail is smaller than the preview wants: read a finer one (a few tiles).
-                preview_thumb, _, _ = slide.thumbnail(level, max(side / s.overlay.preview_max_side, 1.0))
+            preview_thumb = thumb if preview_thumb is None else preview_thumb.result()[0]
             png = render_preview(
                 preview_thumb, result.preview_labels, model.colors,
                 alpha=s.overlay.preview_alpha, max_side=s.overlay.preview_max_side,

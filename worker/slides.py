@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import imagecodecs
 import numpy as np
 import tifffile
 
@@ -35,6 +36,9 @@ class Level:
     tile_width: int  # 0 for a stripped (untiled) page
     tile_height: int
     page: tifffile.TiffPage = field(repr=False)
+    jpeg: tuple | None = field(default=None, repr=False)
+    """(colorspace, outcolorspace) for imagecodecs when the tiles are 8-bit 3-sample JPEG, decoded directly into
+    the caller's buffer; None: decoded through tifffile."""
 
     @property
     def tiles_across(self) -> int:
@@ -116,7 +120,7 @@ class Slide:
             if levels and (w >= levels[-1].width or h >= levels[-1].height):
                 continue
             tw, th = (page.tilewidth, page.tilelength) if page.is_tiled else (0, 0)
-            levels.append(Level(len(levels), w, h, (w0 / w + h0 / h) / 2, tw, th, page))
+            levels.append(Level(len(levels), w, h, (w0 / w + h0 / h) / 2, tw, th, page, _jpeg_colorspaces(page)))
         if base.imagedepth != 1 or (base.planarconfig != 1 and base.samplesperpixel > 1):
             raise _fail(self.path, "level 0 is volumetric or planar-separate; expected interleaved RGB tiles")
         if not levels[0].tile_width:
@@ -216,22 +220,40 @@ class Slide:
         return self.mpp_x * self.width / level.width, self.mpp_y * self.height / level.height
 
     # -- pixels ------------------------------------------------------------------------------------------------
-    def read_tile(self, level: Level, tx: int, ty: int) -> np.ndarray:
-        """Decode TIFF tile (tx, ty) of `level` as uint8 (tile_height, tile_width, 3); empty tiles read as white."""
+    def read_tile(self, level: Level, tx: int, ty: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Decode TIFF tile (tx, ty) of `level` as uint8 (tile_height, tile_width, 3); empty tiles read as white.
+
+        With `out` (a C-contiguous uint8 array of that shape) the pixels land in it, and it is returned; 3-sample
+        JPEG tiles, the usual whole-slide case, are then decoded straight into it, with no copy.
+        """
         page = level.page
         index = ty * level.tiles_across + tx
         offset, count = page.dataoffsets[index], page.databytecounts[index]
         if count == 0:
-            return np.full((level.tile_height, level.tile_width, 3), 255, np.uint8)
+            if out is None:
+                return np.full((level.tile_height, level.tile_width, 3), 255, np.uint8)
+            out[:] = 255
+            return out
         data = os.pread(self._fd, count, offset)
         if len(data) != count:
             raise _fail(self.path, f"level {level.index} tile ({tx}, {ty}) is truncated ({len(data)} of {count} bytes)")
+        direct = out is not None and level.jpeg is not None and out.flags.c_contiguous
         try:
+            if direct:
+                colorspace, outcolorspace = level.jpeg
+                imagecodecs.jpeg8_decode(
+                    data, tables=page.jpegtables, colorspace=colorspace, outcolorspace=outcolorspace,
+                    shape=(level.tile_height, level.tile_width), out=out,
+                )
+                return out
             segment, _, _ = page.decode(data, index, jpegtables=page.jpegtables)
         except Exception as exc:  # noqa: BLE001 - codec errors come in many types
             raise _fail(self.path, f"level {level.index} tile ({tx}, {ty}) does not decode ({_one_line(exc)})") from None
-        tile = segment.reshape(level.tile_height, level.tile_width, -1)
-        return tile[..., :3]
+        tile = segment.reshape(level.tile_height, level.tile_width, -1)[..., :3]
+        if out is not None:
+            out[:] = tile
+            return out
+        return tile
 
     def read_region(self, level: Level, x: int, y: int, w: int, h: int, out: np.ndarray | None = None) -> np.ndarray:
         """Assemble the w x h region at (x, y) of `level` from its tiles; outside the image reads as white."""
@@ -239,7 +261,7 @@ class Slide:
             out = np.empty((h, w, 3), np.uint8)
         tw, th = level.tile_width, level.tile_height
         if x >= 0 and y >= 0 and x % tw == 0 and y % th == 0 and w == tw and h == th:
-            out[:] = self.read_tile(level, x // tw, y // th)  # the common, aligned case: one decode
+            self.read_tile(level, x // tw, y // th, out=out)  # the common, aligned case: one decode
             self._whiten(out, level, x, y)
             return out
         out[:] = 255
@@ -271,23 +293,19 @@ class Slide:
                 raise _fail(self.path, f"level {level.index} ({level.width}x{level.height}) is stripped and too large to read whole")
             return np.ascontiguousarray(level.page.asarray()[step // 2 :: step, step // 2 :: step, :3])[:h, :w]
         out = np.empty((h, w, 3), np.uint8)
-        cols = np.arange(w) * step + step // 2
-        rows = np.arange(h) * step + step // 2
-        cols = np.minimum(cols, level.width - 1)
-        rows = np.minimum(rows, level.height - 1)
+        cols = np.minimum(np.arange(w) * step + step // 2, level.width - 1)
+        rows = np.minimum(np.arange(h) * step + step // 2, level.height - 1)
         tw, th = level.tile_width, level.tile_height
-        for ty in range(level.tiles_down):
-            rsel = np.nonzero((rows >= ty * th) & (rows < (ty + 1) * th))[0]
-            if not len(rsel):
-                continue
-            for tx in range(level.tiles_across):
-                csel = np.nonzero((cols >= tx * tw) & (cols < (tx + 1) * tw))[0]
-                if not len(csel):
-                    continue
+        # Per tile row / column: the output range it fills and the pixels it gives (a strided slice when regular).
+        row_parts = _parts(rows, th, level.tiles_down)
+        col_parts = _parts(cols, tw, level.tiles_across)
+        for ty, (r0, r1, rsrc) in row_parts:
+            for tx, (c0, c1, csrc) in col_parts:
                 tile = self.read_tile(level, tx, ty)
-                out[rsel[0] : rsel[-1] + 1, csel[0] : csel[-1] + 1] = tile[
-                    (rows[rsel] - ty * th)[:, None], (cols[csel] - tx * tw)[None, :]
-                ]
+                if isinstance(rsrc, slice) and isinstance(csrc, slice):
+                    out[r0:r1, c0:c1] = tile[rsrc, csrc]
+                else:
+                    out[r0:r1, c0:c1] = tile[rsrc][:, csrc]
         return out
 
     def thumbnail(self, relative_to: Level, target_downsample: float) -> tuple[np.ndarray, float, float]:
@@ -318,6 +336,39 @@ class Slide:
     def __repr__(self) -> str:
         sizes = ", ".join(f"{lv.width}x{lv.height}" for lv in self.levels)
         return f"Slide({self.name!r}, levels=[{sizes}], mpp={self.mpp_x:g}x{self.mpp_y:g} µm from {self.mpp_source})"
+
+
+def _parts(idx: np.ndarray, size: int, n: int) -> list:
+    """For sorted sample positions `idx` along an axis of `n` tiles of `size`: (tile, (start, stop, src)) per tile
+    holding samples, where out[start:stop] takes tile[src] (a slice when the samples are evenly spaced)."""
+    parts = []
+    for t in range(n):
+        start, stop = np.searchsorted(idx, [t * size, (t + 1) * size])
+        if stop <= start:
+            continue
+        local = idx[start:stop] - t * size
+        steps = np.diff(local)
+        if len(local) == 1 or (steps == steps[0]).all() and steps[0] > 0:
+            step = int(steps[0]) if len(local) > 1 else 1
+            src = slice(int(local[0]), int(local[-1]) + 1, step)
+        else:
+            src = local
+        parts.append((t, (int(start), int(stop), src)))
+    return parts
+
+
+def _jpeg_colorspaces(page) -> tuple | None:
+    try:
+        if (
+            page.compression == 7 and page.is_tiled and page.samplesperpixel == 3 and page.bitspersample == 8
+            and page.planarconfig == 1 and not page.extrasamples and page.fillorder == 1
+        ):
+            return tifffile.tifffile.jpeg_decode_colorspace(
+                page.photometric, page.planarconfig, page.extrasamples, page.is_jfif
+            )
+    except Exception:  # noqa: BLE001 - anything odd: let tifffile decode it
+        pass
+    return None
 
 
 def open_slide(path: str | Path, *, mpp_um: float | None = None) -> Slide:

@@ -36,6 +36,7 @@ def test_internal_consistency(result):
     assert n["tiles"] == result["slide"]["tiles_total"] == 64
     assert 0 < p["tiles"] == result["slide"]["tiles_tissue"] < n["tiles"]
     assert p["seconds_per_slide"] == p["timings_s"]["total"]
+    assert p["compute_workers"] >= 1 and (p["reader_threads"] > 0) == (p["read_by"] == "reader threads")
     for key, figure in (("pipeline", p["seconds_per_slide"]), ("naive", n["seconds_per_slide"]),
                         ("read", result["read_only_s"]), ("compute", result["compute_only_s"])):
         assert figure == pytest.approx(min(result["rounds_s"][key]), abs=1e-4)  # each figure is its best round

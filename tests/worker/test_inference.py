@@ -76,6 +76,39 @@ def test_reading_runs_in_reader_threads_and_is_bounded(model, slide_path, worker
     assert len(reads) == len(jobs)
 
 
+def test_workers_read_their_own_batches_off_the_callers_thread_and_bounded(model, slide_path):
+    """reader_threads=0 with several workers: each tile is read by a compute worker, ahead by at most the queue."""
+    jobs = _jobs()
+    batch, prefetch, workers = 2, 1, 2
+    threads, reads, consumed = set(), [], [0]
+    lock = threading.Lock()
+    with open_slide(slide_path) as slide:
+        original = slide.read_region
+
+        def spy(level, x, y, w, h, out=None):
+            with lock:
+                threads.add(threading.current_thread().name)
+                reads.append(consumed[0])
+                ahead = len(reads) - consumed[0]
+            assert ahead <= (prefetch + workers + 1) * batch, f"read {ahead} tiles ahead"
+            return original(level, x, y, w, h, out=out)
+
+        slide.read_region = spy
+        settings = InferenceSettings(
+            batch_size=batch, prefetch_batches=prefetch, reader_threads=0, compute_workers=workers
+        )
+        assert settings.resolved(CPU).reader_threads == 0
+        out = []
+        for item in iter_class_maps(slide, slide.levels[0], model, jobs, settings):
+            out.append(item)
+            with lock:
+                consumed[0] += 1
+        ref = [Predictor(model).predict(original(slide.levels[0], j.x, j.y, 256, 256)[None])[0] for j in jobs]
+    assert threads and all(name.startswith("tile-compute") for name in threads)
+    assert len(reads) == len(jobs) and [j for j, _ in out] == jobs
+    assert all((m == r).mean() > 0.999 for (_, m), r in zip(out, ref))
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_read_error_surfaces_in_the_caller(model, slide_path, workers):
     with open_slide(slide_path) as slide:
@@ -99,8 +132,14 @@ def test_settings_resolve_per_device(monkeypatch):
 
     cpu = InferenceSettings().resolved(CPU)
     assert cpu.amp == ("bf16" if inference.cpu_has_native_bf16() else "off")
-    assert cpu.batch_size == 4 and 1 <= cpu.reader_threads <= 2 and cpu.torch_threads >= 1
+    assert cpu.batch_size == 4 and cpu.torch_threads >= 1
     assert cpu.compute_workers == min(4, cpu.torch_threads)
+    # Several CPU workers read their own batches; a single one gets reader threads; CUDA gets up to 8 readers.
+    assert cpu.reader_threads == (0 if cpu.compute_workers > 1 else min(2, inference.cpu_count()))
+    assert 1 <= InferenceSettings(compute_workers=1).resolved(CPU).reader_threads <= 2
+    assert InferenceSettings(compute_workers=2, reader_threads=3).resolved(CPU).reader_threads == 3
+    cuda = InferenceSettings(amp="fp16").resolved(torch.device("cuda"))  # amp given: resolving asks no GPU
+    assert (cuda.reader_threads, cuda.compute_workers, cuda.batch_size) == (min(8, inference.cpu_count()), 1, 32)
     assert InferenceSettings(amp="fp16").resolved(CPU).amp == "off"  # fp16 autocast is for CUDA only
     assert InferenceSettings(amp="off").resolved(CPU).amp == "off"
     monkeypatch.setattr(inference, "cpu_has_native_bf16", lambda: True)
@@ -158,3 +197,63 @@ def test_cpu_bf16_class_maps_agree_with_float32(model, slide_path):
         bf16 = [m for _, m in iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(amp="bf16"))]
     a, b = np.concatenate([m.ravel() for m in fp32]), np.concatenate([m.ravel() for m in bf16])
     assert a.size > 0 and (a == b).mean() > 0.995
+
+
+def _slide_tiles(slide_path, n=12):
+    with open_slide(slide_path) as slide:
+        lv = slide.levels[0]
+        return np.stack([slide.read_region(lv, j.x, j.y, 256, 256) for j in _jobs()[:n]])
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_cpu_net_computes_the_models_function(model, slide_path, fused):
+    """The re-expressed net (scaling folded, head split, fused ops, packed weights) in float32 gives the module's
+    own logits, for every batch size (the last batch of a slide is partial); without oneDNN's fused ops too."""
+    import worker.inference as inference
+
+    net = inference.CpuNet(model.module, torch.float32, model.tile_size)
+    if not fused:
+        net._fused = net._pack = net._pack_transposed = False
+    tiles = torch.from_numpy(_slide_tiles(slide_path, 5)).permute(0, 3, 1, 2)
+    with torch.inference_mode():
+        for n in (1, 2, 5):
+            x = tiles[:n].float()
+            want = model.module(x / 255.0)
+            got = net.logits(x)
+            assert got.shape == want.shape
+            assert (got - want).abs().max().item() < 1e-4 * max(1.0, want.abs().max().item())
+
+
+def test_cpu_net_bf16_agrees_with_the_float32_module_on_tissue(model, slide_path):
+    """What the pipeline computes on CPU (bf16 where native) vs what the naive loop computes (the fp32 module)."""
+    import worker.inference as inference
+
+    pred = Predictor(model)
+    assert pred._cpu_net is inference.cpu_net(model, pred.settings.amp) is not None  # built once per process
+    tiles = _slide_tiles(slide_path)
+    with torch.inference_mode():
+        want = model.module(torch.from_numpy(tiles).permute(0, 3, 1, 2).float() / 255.0).argmax(1).numpy()
+    got = pred.predict(tiles)
+    assert got.dtype == np.uint8 and got.shape == want.shape
+    assert (got == want).mean() > 0.999
+    assert (want > 0).mean() > 0.01  # the tiles hold structures, so the agreement means something
+
+
+def test_other_models_run_as_themselves(model, tmp_path):
+    """A TorchScript model, or a built-in net whose forward is not the one CpuNet re-expresses, runs unchanged."""
+    import copy
+    import warnings
+
+    import worker.inference as inference
+    from worker.model import export_torchscript, load_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        scripted = load_model(str(export_torchscript(model, tmp_path / "m.pt")), CPU)
+    assert inference.cpu_net(scripted, "bf16") is None and Predictor(scripted)._cpu_net is None
+    changed = copy.copy(model)
+    changed.module = copy.deepcopy(model.module)
+    changed.module.forward = lambda x: model.module(1.0 - x)  # not the function CpuNet computes
+    assert inference.cpu_net(changed, "off") is None  # refused by the float32 self-check
+    batch = np.full((1, 256, 256, 3), 246, np.uint8)
+    assert Predictor(scripted).predict(batch).shape == (1, 64, 64)

@@ -8,7 +8,7 @@ import pytest
 import tifffile
 
 from worker.overlay import (
-    OverlaySettings, build_ome_xml, colorize, level_sizes, render_preview, write_overlay, write_png,
+    OverlaySettings, build_ome_xml, colorize, level_sizes, png_bytes, render_preview, write_overlay, write_png,
 )
 
 CLASSES = ["background", "nuclei", "vessel"]
@@ -151,3 +151,48 @@ def test_preview_colours_classes_over_the_thumbnail(tmp_path):
     small = np.full((50, 100, 3), 240, np.uint8)
     render_preview(small, lab, COLORS)
     assert (small == 240).all()  # the caller's thumbnail is left alone
+
+
+@pytest.mark.parametrize("ncls", [3, 12])
+def test_class_counts_with_unknown_labels_and_many_classes(tmp_path, ncls):
+    """Counting per tile (compares for a few classes, bincount for many) gives the whole map's histogram."""
+    lab = _labels(700, 900, seed=5)
+    lab[600:650, 100:300] = 200  # a label past the classes
+    lab[0:20, 0:40] = ncls - 1
+    classes = [f"c{i}" for i in range(ncls)]
+    res = write_overlay(tmp_path / "n.ome.tif", _bands(lab), width=900, height=700, mpp_x=1, mpp_y=1, classes=classes)
+    hist = np.bincount(lab.ravel(), minlength=256)
+    assert res.class_pixels == hist[:ncls].tolist()
+    assert res.extra["unknown_class_pixels"] == int(hist[ncls:].sum()) == 50 * 200
+
+
+def test_background_tiles_share_one_encoding_and_read_back(tmp_path):
+    lab = np.zeros((1024, 1024), np.uint8)
+    lab[300:400, 300:700] = 2  # meets tiles (1, 1) and (2, 1) only
+    res = _write(tmp_path / "z.ome.tif", lab)
+    with tifffile.TiffFile(res.path) as tif:
+        page = tif.pages.first
+        counts = list(page.databytecounts)
+        assert np.array_equal(page.asarray(), lab)
+        assert np.array_equal(tif.series[0].levels[1].asarray(), lab[::4, ::4])
+    empty = [c for i, c in enumerate(counts) if i not in (5, 6)]
+    assert len(set(empty)) == 1 and counts[5] > empty[0]  # one encoding of an empty tile, reused
+
+
+def test_preview_labels_of_a_large_overlay_are_its_finest_small_level(tmp_path):
+    lab = _labels(300, 2100, seed=6)  # wider than 2048: level 0 is not kept whole
+    res = _write(tmp_path / "w.ome.tif", lab)
+    assert np.array_equal(res.preview_labels, lab[::4, ::4])
+    small = _labels(300, 600, seed=6)
+    assert np.array_equal(_write(tmp_path / "s.ome.tif", small).preview_labels, small)
+
+
+@pytest.mark.parametrize("h, w", [(1, 1), (3, 5), (64, 33), (257, 100)])
+def test_png_bytes_round_trip(h, w):
+    img = np.random.default_rng(h * w).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    img[: h // 2] = 240  # some flat glass as well as noise
+    data = png_bytes(img)
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert np.array_equal(imagecodecs.png_decode(data), img)
+    with pytest.raises(ValueError, match="H x W x 3"):
+        png_bytes(img[..., 0])

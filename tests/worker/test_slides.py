@@ -137,6 +137,41 @@ def test_tiles_and_regions_match_the_whole_image(tmp_path, ome, pyramid):
         assert small.shape == (175, 250, 3)
 
 
+def test_jpeg_tiles_decoded_into_the_callers_buffer_equal_tifffiles_decode(tmp_path):
+    """The direct JPEG path (no copy) gives tifffile's pixels exactly, for every tile, edge tiles included."""
+    p = write_synthetic_slide(tmp_path / "d.ome.tif", 1000, 700, tissue_fraction=0.5, seed=10)
+    with open_slide(p) as s:
+        lv = s.levels[0]
+        assert lv.jpeg is not None  # 3-sample JPEG tiles: the direct path is taken
+        for ty in range(lv.tiles_down):
+            for tx in range(lv.tiles_across):
+                out = np.zeros((256, 256, 3), np.uint8)
+                assert s.read_tile(lv, tx, ty, out=out) is out
+                page = lv.page
+                index = ty * lv.tiles_across + tx
+                data = page.parent.filehandle
+                data.seek(page.dataoffsets[index])
+                raw = data.read(page.databytecounts[index])
+                want = page.decode(raw, index, jpegtables=page.jpegtables)[0].reshape(256, 256, -1)[..., :3]
+                assert np.array_equal(out, want)
+                assert np.array_equal(s.read_tile(lv, tx, ty), want)  # and without a buffer (tifffile's path)
+        region = s.read_region(lv, 768, 512, 256, 256)  # aligned edge tile through the direct path
+        assert (region[188:] == 255).all() and (region[:, 232:] == 255).all()
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 64])
+def test_decimated_read_samples_pixel_centres(tmp_path, step):
+    """read_decimated equals picking every step-th pixel (centre-sampled, clamped at the edge) of the whole level."""
+    p = write_synthetic_slide(tmp_path / "m.tif", 1000, 700, compression="zlib", ome=False, seed=11)
+    full = tifffile.imread(p)
+    with open_slide(p) as s:
+        got = s.read_decimated(s.levels[0], step)
+    h, w = -(-700 // step), -(-1000 // step)
+    rows = np.minimum(np.arange(h) * step + step // 2, 699)
+    cols = np.minimum(np.arange(w) * step + step // 2, 999)
+    assert np.array_equal(got, full[rows[:, None], cols[None, :], :3])
+
+
 def test_jpeg_tiles_decode_close_to_the_rendered_pixels(tmp_path):
     spec = SyntheticSpec(1024, 1024, 0.25, 0.5, seed=9)
     p = write_synthetic_slide(tmp_path / "j.ome.tif", 1024, 1024, tissue_fraction=0.5, seed=9)
