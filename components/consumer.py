@@ -21,8 +21,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .chooser import WorkloadFacts, fact_annotations
-from .identity import WorkloadIdentity, WorkloadIdentityArgs
-from .pod import WORKER_LABEL, WorkerPodSettings, hardened_pod_template, worker_network_policy, worker_policy
+from .pod import (WORKER_LABEL, WorkerPodSettings, declare_worker_identity, hardened_pod_template,
+                  worker_network_policy)
 
 def consumer_labels(name: str) -> dict[str, str]:
     """Labels of the consumer's objects (the Deployment's selector uses them, so they never change)."""
@@ -143,23 +143,9 @@ class GpuConsumer(pulumi.ComponentResource):
         manifest = consumer_deployment_manifest(name=name, namespace=args.namespace, queue_url=args.queue_url,
                                                 service_account_name=self.service_account_name, pod=args.pod,
                                                 annotations=fact_annotations(args.facts) if args.facts else None)
-        policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
-                               slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
-                               dead_letter_queue_arn=args.dead_letter_queue_arn,
-                               bucket_kms_key_arn=args.bucket_kms_key_arn,
-                               slides_bucket_kms_key_arn=args.slides_bucket_kms_key_arn)
         child = pulumi.ResourceOptions(parent=self)
-        service_account = k8s.core.v1.ServiceAccount(
-            f"{name}-sa",
-            metadata={"name": self.service_account_name, "namespace": args.namespace,
-                      "labels": manifest["metadata"]["labels"]},
-            automount_service_account_token=False,
-            opts=child)
-        self.identity = WorkloadIdentity(
-            f"{name}-worker",
-            WorkloadIdentityArgs(cluster_name=args.cluster_name, namespace=args.namespace,
-                                 service_account=self.service_account_name, policy=policy),
-            opts=child)
+        service_account, self.identity = declare_worker_identity(
+            name, args, self.service_account_name, manifest["metadata"]["labels"], child)
         self.role_arn = self.identity.role_arn
         # After the Pod Identity association: EKS injects the credentials when the pod is admitted.
         self.deployment = k8s.apps.v1.Deployment(

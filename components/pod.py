@@ -317,3 +317,25 @@ def worker_network_policy(name: str, namespace: str, pod_labels: dict[str, str])
             ],
         },
     }
+
+
+def declare_worker_identity(name: str, args: Any, service_account_name: str, labels: dict[str, str],
+                            opts: pulumi.ResourceOptions) -> tuple[Any, Any]:
+    """The worker's ServiceAccount (no token mounted) and its least-privilege Pod Identity role, for either workload
+    pattern. `args` is a GpuScaledJobArgs or GpuConsumerArgs (the queue, bucket, prefix and key fields)."""
+    import pulumi_kubernetes as k8s
+
+    from .identity import WorkloadIdentity, WorkloadIdentityArgs
+
+    policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
+                           slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
+                           dead_letter_queue_arn=args.dead_letter_queue_arn,
+                           bucket_kms_key_arn=args.bucket_kms_key_arn,
+                           slides_bucket_kms_key_arn=args.slides_bucket_kms_key_arn)
+    service_account = k8s.core.v1.ServiceAccount(
+        f"{name}-sa", metadata={"name": service_account_name, "namespace": args.namespace, "labels": labels},
+        automount_service_account_token=False, opts=opts)
+    identity = WorkloadIdentity(
+        f"{name}-worker", WorkloadIdentityArgs(cluster_name=args.cluster_name, namespace=args.namespace,
+                                               service_account=service_account_name, policy=policy), opts=opts)
+    return service_account, identity

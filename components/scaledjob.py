@@ -19,10 +19,10 @@ import pulumi_kubernetes as k8s
 
 from .catalogue import KEDA_VERSION
 from .chooser import WorkloadFacts, fact_annotations, require_pattern
-from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .keda import Keda, KedaScalerAuth, KedaScalerAuthArgs
 from .keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
-from .pod import WORKER_LABEL, WorkerPodSettings, hardened_pod_template, worker_network_policy, worker_policy
+from .pod import (WORKER_LABEL, WorkerPodSettings, declare_worker_identity, hardened_pod_template,
+                  worker_network_policy)
 from .validation import ConfigError, Rule, is_int_between, validate
 
 @dataclass
@@ -196,24 +196,9 @@ class GpuScaledJob(pulumi.ComponentResource):
             name=name, namespace=args.namespace, queue_url=args.queue_url, region=args.pod.region,
             auth_name=auth_name, service_account_name=self.service_account_name, pod=args.pod, settings=settings,
             keda_version=args.keda.version, annotations=fact_annotations(args.facts))
-        policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
-                               slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
-                               dead_letter_queue_arn=args.dead_letter_queue_arn,
-                               bucket_kms_key_arn=args.bucket_kms_key_arn,
-                               slides_bucket_kms_key_arn=args.slides_bucket_kms_key_arn)
         child = pulumi.ResourceOptions(parent=self)
-
-        service_account = k8s.core.v1.ServiceAccount(
-            f"{name}-sa",
-            metadata={"name": self.service_account_name, "namespace": args.namespace,
-                      "labels": manifest["metadata"]["labels"]},
-            automount_service_account_token=False,
-            opts=child)
-        self.identity = WorkloadIdentity(
-            f"{name}-worker",
-            WorkloadIdentityArgs(cluster_name=args.cluster_name, namespace=args.namespace,
-                                 service_account=self.service_account_name, policy=policy),
-            opts=child)
+        service_account, self.identity = declare_worker_identity(
+            name, args, self.service_account_name, manifest["metadata"]["labels"], child)
         self.role_arn = self.identity.role_arn
         self.scaler = KedaScalerAuth(
             f"{name}-scaler",
