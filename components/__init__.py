@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "Keda": "keda", "KedaArgs": "keda", "TriggerAuthSpec": "keda",
     "GpuScaledJob": "scaledjob", "GpuScaledJobArgs": "scaledjob", "ScaledJobSettings": "scaledjob",
     "GpuConsumer": "consumer", "GpuConsumerArgs": "consumer",
-    "WorkerPodSettings": "pod",
+    "WorkerPodSettings": "pod", "WorkerAccessArgs": "pod",
     "WorkloadFacts": "chooser", "PatternChoice": "chooser", "choose_pattern": "chooser",
     "require_pattern": "chooser",
     # Queues, storage, image, identity

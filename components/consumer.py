@@ -21,7 +21,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .chooser import WorkloadFacts, fact_annotations
-from .pod import (WORKER_LABEL, WorkerPodSettings, declare_worker_identity, hardened_pod_template,
+from .pod import (WORKER_LABEL, WorkerAccessArgs, WorkerPodSettings, declare_worker_identity,
+                  hardened_pod_template,
                   worker_network_policy)
 
 def consumer_labels(name: str) -> dict[str, str]:
@@ -90,41 +91,12 @@ def disruption_budget_manifest(name: str, namespace: str) -> dict[str, Any]:
             "spec": {"maxUnavailable": 0, "selector": {"matchLabels": labels}}}
 
 
-@dataclass
-class GpuConsumerArgs:
+@dataclass(kw_only=True)
+class GpuConsumerArgs(WorkerAccessArgs):
     """Inputs of GpuConsumer."""
 
-    cluster_name: pulumi.Input[str]
-    """EKS cluster (for the Pod Identity association). Required."""
-    namespace: str
-    """Namespace of the Deployment and its service account (must exist). Required."""
-    queue_url: pulumi.Input[str]
-    """The work queue's URL (a FIFO queue for ordered work). Required."""
-    queue_arn: pulumi.Input[str]
-    """The work queue's ARN (IAM grants). Required."""
-    bucket_arn: pulumi.Input[str]
-    """ARN of the bucket results are written to (and slides read from, unless slides_bucket_arn). Required."""
-    pod: WorkerPodSettings
-    """The worker container and pod; pod.visibility_timeout_s must be the queue's visibility timeout. Required."""
-    slides_prefix: str = "slides/"
-    """Key prefix the worker reads slides from (read only). Default 'slides/'."""
-    results_prefix: str = "results/"
-    """Key prefix the worker writes results under (read and write). Default 'results/'."""
-    slides_bucket_arn: pulumi.Input[str] | None = None
-    """ARN of the bucket slides are read from (read only). Default None = bucket_arn."""
-    slides_bucket_kms_key_arn: pulumi.Input[str] | None = None
-    """Customer-managed key of the slides bucket, if any. Default None."""
-    queue_kms_key_arn: pulumi.Input[str] | None = None
-    """Customer-managed key of the queue, if any. Default None."""
-    dead_letter_queue_arn: pulumi.Input[str] | None = None
-    """The work queue's dead-letter queue: the worker may send permanently bad messages there (sqs:SendMessage
-    only). Default None (bad messages reach it through the redrive policy after maxReceiveCount)."""
-    bucket_kms_key_arn: pulumi.Input[str] | None = None
-    """Customer-managed key of the results bucket (bucket_arn), if any. Default None."""
     disruption_budget: bool = False
     """Add a PodDisruptionBudget (maxUnavailable 0) so drains wait for the consumer. Default False (see module)."""
-    network_policy: bool = True
-    """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS). Default True."""
     facts: WorkloadFacts | None = None
     """The workload's declared facts, written as `gpuburst.io/ordered`/`stateful` annotations for the policy pack.
     Default None (no annotations)."""

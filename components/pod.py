@@ -319,10 +319,45 @@ def worker_network_policy(name: str, namespace: str, pod_labels: dict[str, str])
     }
 
 
-def declare_worker_identity(name: str, args: Any, service_account_name: str, labels: dict[str, str],
-                            opts: pulumi.ResourceOptions) -> tuple[Any, Any]:
+@dataclass(kw_only=True)
+class WorkerAccessArgs:
+    """What a worker workload reads and writes, shared by GpuScaledJobArgs and GpuConsumerArgs (keyword-only)."""
+
+    cluster_name: pulumi.Input[str]
+    """EKS cluster (for the Pod Identity association). Required."""
+    namespace: str
+    """Namespace of the workload and its service account (must exist). Required."""
+    queue_url: pulumi.Input[str]
+    """The work queue's URL (a FIFO queue for ordered work). Required."""
+    queue_arn: pulumi.Input[str]
+    """The work queue's ARN (IAM grants). Required."""
+    bucket_arn: pulumi.Input[str]
+    """ARN of the bucket results are written to (and slides read from, unless slides_bucket_arn). Required."""
+    pod: WorkerPodSettings
+    """The worker container and pod (image by digest, resources; visibility_timeout_s = the queue's). Required."""
+    slides_prefix: str = "slides/"
+    """Key prefix the worker reads slides from (read only). Default 'slides/'."""
+    results_prefix: str = "results/"
+    """Key prefix the worker writes results under (read and write). Default 'results/'."""
+    slides_bucket_arn: pulumi.Input[str] | None = None
+    """ARN of the bucket slides are read from (read only). Default None = bucket_arn."""
+    slides_bucket_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed key of the slides bucket, if any. Default None."""
+    queue_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed key of the queue, if any (kms:Decrypt through SQS). Default None."""
+    dead_letter_queue_arn: pulumi.Input[str] | None = None
+    """The work queue's dead-letter queue: the worker may send permanently bad messages there (sqs:SendMessage
+    only). Default None (bad messages reach it through the redrive policy after maxReceiveCount)."""
+    bucket_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed key of the results bucket (bucket_arn), if any. Default None."""
+    network_policy: bool = True
+    """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS). Default True."""
+
+
+def declare_worker_identity(name: str, args: "WorkerAccessArgs", service_account_name: str,
+                            labels: dict[str, str], opts: pulumi.ResourceOptions) -> tuple[Any, Any]:
     """The worker's ServiceAccount (no token mounted) and its least-privilege Pod Identity role, for either workload
-    pattern. `args` is a GpuScaledJobArgs or GpuConsumerArgs (the queue, bucket, prefix and key fields)."""
+    pattern."""
     import pulumi_kubernetes as k8s
 
     from .identity import WorkloadIdentity, WorkloadIdentityArgs

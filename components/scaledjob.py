@@ -21,7 +21,8 @@ from .catalogue import KEDA_VERSION
 from .chooser import WorkloadFacts, fact_annotations, require_pattern
 from .keda import Keda, KedaScalerAuth, KedaScalerAuthArgs
 from .keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
-from .pod import (WORKER_LABEL, WorkerPodSettings, declare_worker_identity, hardened_pod_template,
+from .pod import (WORKER_LABEL, WorkerAccessArgs, WorkerPodSettings, declare_worker_identity,
+                  hardened_pod_template,
                   worker_network_policy)
 from .validation import ConfigError, Rule, is_int_between, validate
 
@@ -133,47 +134,18 @@ def scaled_job_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[st
     return check_keda_manifest(manifest, keda_version)
 
 
-@dataclass
-class GpuScaledJobArgs:
+@dataclass(kw_only=True)
+class GpuScaledJobArgs(WorkerAccessArgs):
     """Inputs of GpuScaledJob."""
 
-    cluster_name: pulumi.Input[str]
-    """EKS cluster (for the Pod Identity association). Required."""
     keda: Keda
     """The Keda component: version to check against, operator role, chart the CRDs come from. Required."""
     facts: WorkloadFacts
     """What the work is; ordered or stateful work is refused (it needs GpuConsumer). Required."""
-    namespace: str
-    """Namespace of the ScaledJob, its service account and TriggerAuthentication (must exist). Required."""
-    queue_url: pulumi.Input[str]
-    """The work queue's URL. Required."""
-    queue_arn: pulumi.Input[str]
-    """The work queue's ARN (IAM grants). Required."""
-    bucket_arn: pulumi.Input[str]
-    """ARN of the bucket results are written to (and slides read from, unless slides_bucket_arn). Required."""
-    pod: WorkerPodSettings
-    """The worker container and pod (image by digest, resources, visibility, grace). Required."""
-    slides_prefix: str = "slides/"
-    """Key prefix the worker reads slides from (read only). Default 'slides/'."""
-    results_prefix: str = "results/"
-    """Key prefix the worker writes results under (read and write). Default 'results/'."""
     settings: ScaledJobSettings | None = None
     """KEDA and Job settings. Default: ScaledJobSettings() with max_replica_count = facts.max_replicas."""
-    slides_bucket_arn: pulumi.Input[str] | None = None
-    """ARN of the bucket slides are read from (read only). Default None = bucket_arn."""
-    slides_bucket_kms_key_arn: pulumi.Input[str] | None = None
-    """Customer-managed key of the slides bucket, if any. Default None."""
-    queue_kms_key_arn: pulumi.Input[str] | None = None
-    """Customer-managed key of the queue, if any (kms:Decrypt through SQS). Default None."""
-    dead_letter_queue_arn: pulumi.Input[str] | None = None
-    """The work queue's dead-letter queue: the worker may send permanently bad messages there (sqs:SendMessage
-    only). Default None (bad messages reach it through the redrive policy after maxReceiveCount)."""
-    bucket_kms_key_arn: pulumi.Input[str] | None = None
-    """Customer-managed key of the results bucket (bucket_arn), if any. Default None."""
     scaler_identity_owner: str | None = None
     """None (default): a scaler role via roleArn; 'keda': the operator's own role (see KedaScalerAuth)."""
-    network_policy: bool = True
-    """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS). Default True."""
 
 
 class GpuScaledJob(pulumi.ComponentResource):
