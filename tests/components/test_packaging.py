@@ -1,4 +1,5 @@
 """The package surface: every public name resolves, and the runtime pins agree with requirements.txt."""
+import json
 import re
 import subprocess
 import sys
@@ -72,3 +73,20 @@ def test_every_requirement_is_pinned_exactly():
             line = line.split("#")[0].strip()
             if line and not line.startswith("-r"):
                 assert "==" in line, f"{f.relative_to(ROOT)}: {line!r} is not pinned with =="
+
+
+def test_readme_import_example_runs_under_mocks():
+    """The README's 'Using the components from another stack' snippet, run as written (with `gpuburst`)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Using the components from another stack", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = (
+        "import json\n"
+        "from components.mocks import run_under_mocks\n"
+        f"snippet = {snippet!r}\n"
+        "res = run_under_mocks(lambda: exec(snippet, {}))\n"
+        "print(json.dumps(res.outputs))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "sqs" in json.loads(out.stdout.strip().splitlines()[-1])["queueUrl"]
