@@ -23,7 +23,8 @@ from worker.study import StudyState, slide_metrics
 
 log = logging.getLogger("worker.consumer")
 
-#: A slide processor: (local slide path, local output dir, slide_id, progress callback) -> summary dict.
+#: A slide processor: (local slide path, local output dir, slide_id, progress callback) -> summary dict. The slide
+#: path is a file for a one-object slide and a folder (every object under the prefix) for a multi-file one.
 #: It must write `<slide_id>.overlay.ome.tif`, `<slide_id>.preview.png` and `<slide_id>.json` into the output dir.
 Processor = Callable[[Path, Path, str, Callable[..., None]], dict]
 
@@ -84,6 +85,9 @@ class ConsumerSettings:
     hard_exit_after_grace: bool = True
     """Whether the grace-period watchdog may end the process (os._exit(0)) when the slide cannot be interrupted.
     Default True; in-process callers such as tests set False."""
+    max_prefix_bytes: int = s3io.DEFAULT_MAX_PREFIX_BYTES
+    """A multi-file slide (a `slide` prefix) larger than this many bytes in all is dead-lettered instead of
+    downloaded. Default 64 GiB (s3io.DEFAULT_MAX_PREFIX_BYTES); at most s3io.MAX_PREFIX_OBJECTS objects either way."""
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the setting) when the settings cannot work."""
@@ -108,6 +112,8 @@ class ConsumerSettings:
             raise ValueError(f"grace_period_s={self.grace_period_s}: must be >= 0")
         if self.retry_backoff_s < 0:
             raise ValueError(f"retry_backoff_s={self.retry_backoff_s}: must be >= 0")
+        if self.max_prefix_bytes < 1:
+            raise ValueError(f"max_prefix_bytes={self.max_prefix_bytes}: must be at least 1")
 
 
 @dataclass
@@ -415,34 +421,60 @@ class Consumer:
                  base: Outcome, t0: float, hb: Heartbeat) -> Outcome:
         fields = {"slide_id": m.slide_id, "msg": msg["MessageId"]}
         self.check_cancel()
+        # The input's identity, recorded in the summary and compared for the "already done" skip: the object's
+        # ETag, or for a prefix a digest over its sorted (relative key, ETag, size) list.
+        listing: s3io.PrefixListing | None = None
         try:
-            info = s3io.head(self.s3, m.slide)
+            if m.is_prefix:
+                listing = s3io.list_prefix(self.s3, m.slide, max_total_bytes=self.settings.max_prefix_bytes)
+                identity = listing.identity()
+            else:
+                info = s3io.head(self.s3, m.slide)
+                identity = {"etag": info.etag, "size_bytes": info.size_bytes}
+        except s3io.PrefixError as e:
+            raise PermanentError(f"bad slide {m.slide}: {e}") from None
         except Exception as e:
             if s3io.is_not_found(e):
-                raise PermanentError(f"bad slide {m.slide}: slide object not found") from None
+                what = "bucket not found" if s3io.error_code(e) == "NoSuchBucket" else "slide object not found"
+                raise PermanentError(f"bad slide {m.slide}: {what}") from None
             raise
         existing = s3io.get_json(self.s3, m.summary_uri)
-        if existing is not None and (existing[0].get("input") or {}).get("etag") == info.etag:
+        if existing is not None and (existing[0].get("input") or {}).get("etag") == identity["etag"]:
             base.status, base.summary = "skipped", existing[0]
-            base.reason = "summary with the same input ETag exists (already done)"
+            base.reason = ("summary with the same input manifest exists (already done)" if listing is not None
+                           else "summary with the same input ETag exists (already done)")
             return base
         scratch = Path(self.settings.scratch_dir or tempfile.gettempdir())
         scratch.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{m.slide_id}.", dir=scratch))
         try:
             t_dl = time.monotonic()
-            local = work / "input" / m.slide.key.rsplit("/", 1)[-1]
-            nbytes = s3io.download(self.s3, m.slide, local, if_match=info.etag)
+            # The contract keeps '.', '..' and '' out of a prefix's segments; slide_id is the fallback regardless.
+            name = m.slide.name if m.slide.name not in ("", ".", "..") else m.slide_id
+            local = work / "input" / name
+            if listing is not None:
+                nbytes = s3io.download_prefix(self.s3, listing, local, progress=self.check_cancel)
+                # Objects added or removed after the listing are invisible to If-Match: list again and compare.
+                again = s3io.list_prefix(self.s3, m.slide, max_total_bytes=self.settings.max_prefix_bytes)
+                if again.digest != listing.digest:
+                    raise s3io.PrefixChanged(f"objects under {m.slide} changed during the download")
+            else:
+                nbytes = s3io.download(self.s3, m.slide, local, if_match=identity["etag"])
             t_proc = time.monotonic()
-            log.info(event("slide.processing", **fields, bytes=nbytes, download_s=t_proc - t_dl))
+            extra = {"objects": len(listing.objects)} if listing is not None else {}
+            log.info(event("slide.processing", **fields, bytes=nbytes, **extra, download_s=t_proc - t_dl))
             self.check_cancel()
             out_dir = work / "out"
             out_dir.mkdir()
             try:
                 summary = self.processor(local, out_dir, m.slide_id, self.check_cancel)
             except _permanent_types() as e:
-                # The reader names its (scratch) file; the S3 address is what an operator can act on.
-                detail = str(e).replace(str(local), local.name)
+                # The reader names its (scratch) file or folder; the S3 address is what an operator can act on:
+                # a file inside a downloaded prefix becomes s3://bucket/prefix/<relative path>.
+                detail = str(e)
+                shown = str(m.slide).rstrip("/") if listing is not None else local.name
+                for scratch_path in sorted({str(local.resolve()), str(local)}, key=len, reverse=True):
+                    detail = detail.replace(scratch_path, shown)
                 raise PermanentError(f"bad slide {m.slide}: {detail}") from None
             t_up = time.monotonic()
             files = [out_dir / (m.slide_id + s) for s in OUTPUT_SUFFIXES]
@@ -456,7 +488,7 @@ class Consumer:
             new_state = None
             if self.settings.mode == "service" and study is not None:
                 new_state = (self.studies.get(study) or StudyState(study)).after(m.slide_id, m.sequence, metrics)
-            self._enrich(summary, msg, m, info, study, receives, seq_check, new_state,
+            self._enrich(summary, msg, m, identity, study, receives, seq_check, new_state,
                          {"download": t_proc - t_dl, "process": t_up - t_proc})
             with self._lock:
                 if self._released:
@@ -476,7 +508,7 @@ class Consumer:
                 if not s3io.is_precondition_failed(e):
                     raise
                 now = s3io.get_json(self.s3, m.summary_uri)
-                if now is not None and (now[0].get("input") or {}).get("etag") == info.etag:
+                if now is not None and (now[0].get("input") or {}).get("etag") == identity["etag"]:
                     base.status, base.summary = "skipped", now[0]
                     base.reason = "another worker committed this slide first"
                     return base
@@ -491,11 +523,15 @@ class Consumer:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def _enrich(self, summary: dict, msg: dict, m: SlideMessage, info: s3io.ObjectInfo, study: str | None,
+    def _enrich(self, summary: dict, msg: dict, m: SlideMessage, identity: dict[str, Any], study: str | None,
                 receives: int, seq_check: str, state: StudyState | None, seconds: dict[str, float]) -> None:
-        """Add the queue-side facts to the pipeline's summary: input ETag/size, message, study state, outputs."""
+        """Add the queue-side facts to the pipeline's summary: input identity, message, study state, outputs.
+
+        `identity` is {etag, size_bytes} of the object, or for a prefix {etag: "manifest-sha256:<hex>", objects,
+        size_bytes} (s3io.PrefixListing.identity).
+        """
         inp = summary.get("input") if isinstance(summary.get("input"), dict) else {}
-        summary["input"] = {**inp, "uri": str(m.slide), "etag": info.etag, "size_bytes": info.size_bytes}
+        summary["input"] = {**inp, "uri": str(m.slide), **identity}
         summary["slide_id"] = m.slide_id
         summary["message"] = {"id": msg["MessageId"], "receive_count": receives,
                               "message_group_id": msg.get("Attributes", {}).get("MessageGroupId"),

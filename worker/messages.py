@@ -6,8 +6,17 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-#: Suffixes stripped (longest first, case-insensitive) from a slide's file name to get its default slide_id.
-SLIDE_SUFFIXES = (".ome.tiff", ".ome.tif", ".tiff", ".tif", ".svs")
+#: Suffixes of slides that are one S3 object (`slide` may name such an object directly), in the order errors list them:
+#: Aperio .svs, (OME-/Philips) TIFF, Hamamatsu .ndpi, Leica .scn, Ventana .bif, a single-file DICOM .dcm.
+OBJECT_SUFFIXES = (".svs", ".tif", ".tiff", ".ome.tif", ".ome.tiff", ".ndpi", ".scn", ".bif", ".dcm")
+
+#: Suffixes of the index file of a multi-file slide (3DHISTECH .mrxs + its data folder, Hamamatsu .vms + its .jpg/.opt
+#: files): such a slide is sent as the prefix that holds all its files, never as the index object alone.
+MULTI_FILE_SUFFIXES = (".mrxs", ".vms")
+
+#: Every known slide suffix, longest first: stripped (case-insensitive) from a slide's file or folder name to get its
+#: default slide_id.
+SLIDE_SUFFIXES = tuple(sorted(OBJECT_SUFFIXES + MULTI_FILE_SUFFIXES, key=lambda x: (-len(x), x)))
 
 #: Names of the three result files, in upload order; the summary JSON is last because it is the commit marker.
 OUTPUT_SUFFIXES = (".overlay.ome.tif", ".preview.png", ".json")
@@ -47,17 +56,30 @@ class S3Uri:
         """The address of `name` under this prefix (the prefix must end with '/' or be empty)."""
         return S3Uri(self.bucket, self.key + name)
 
+    @property
+    def is_prefix(self) -> bool:
+        """Whether this addresses a key prefix (ends in '/', or is the bucket root) rather than one object."""
+        return self.key == "" or self.key.endswith("/")
+
+    @property
+    def name(self) -> str:
+        """The last non-empty path segment of the key: an object's file name, or a prefix's folder name."""
+        return self.key.rstrip("/").rsplit("/", 1)[-1]
+
 
 @dataclass(frozen=True)
 class SlideMessage:
     """One validated work item: which slide to read, where its three results go, and its place in a study."""
 
     slide: S3Uri
-    """The input whole-slide image (a TIFF-family file: .tif, .tiff, .ome.tif, .svs)."""
+    """The input whole-slide image: one object with a suffix in OBJECT_SUFFIXES (.svs, .tif, .ndpi, .dcm, ...), or a
+    key prefix ending in '/' holding every file of a multi-file slide (MRXS with its data folder, VMS set, DICOM
+    series); see `is_prefix`."""
     output: S3Uri
     """The key prefix (ending in '/') under which `<slide_id>.overlay.ome.tif`, `.preview.png` and `.json` go."""
     slide_id: str
-    """The name of this slide's results; defaults to the slide's file name without its TIFF suffix."""
+    """The name of this slide's results; defaults to the slide's file name (or, for a prefix, its last segment)
+    without a known slide suffix (SLIDE_SUFFIXES)."""
     study: str | None = None
     """The study the slide belongs to (the FIFO MessageGroupId); None when the producer gave none."""
     sequence: int | None = None
@@ -68,12 +90,18 @@ class SlideMessage:
         return self.output.child(self.slide_id + suffix)
 
     @property
+    def is_prefix(self) -> bool:
+        """Whether `slide` is a prefix naming a multi-file slide (downloaded as a folder) rather than one object."""
+        return self.slide.is_prefix
+
+    @property
     def summary_uri(self) -> S3Uri:
-        """The summary JSON's address: its presence (with the input's ETag) marks the slide as finished."""
+        """The summary JSON's address: its presence (with the input's ETag, or for a prefix the digest of its object
+        list) marks the slide as finished."""
         return self.output_uri(".json")
 
     def to_dict(self) -> dict[str, Any]:
-        """The message as a JSON-ready dict in contract form (with slide_id filled in)."""
+        """The message as a JSON-ready dict in contract form (with slide_id filled in; a prefix keeps its '/')."""
         d: dict[str, Any] = {"slide": str(self.slide), "output": str(self.output), "slide_id": self.slide_id}
         if self.study is not None:
             d["study"] = self.study
@@ -112,8 +140,9 @@ def parse_s3_uri(value: str) -> S3Uri:
 
 
 def default_slide_id(key: str) -> str:
-    """The slide's file stem: its last path segment minus .ome.tif/.ome.tiff/.tif/.tiff/.svs (case-insensitive)."""
-    name = key.rsplit("/", 1)[-1]
+    """The slide's stem: the last non-empty segment of a key, prefix or local file/folder name, minus the longest
+    matching suffix of SLIDE_SUFFIXES (case-insensitive): `in/S1.ome.tif` -> `S1`, `in/case-7/` -> `case-7`."""
+    name = key.rstrip("/").rsplit("/", 1)[-1]
     lower = name.lower()
     for suffix in SLIDE_SUFFIXES:
         if lower.endswith(suffix) and len(name) > len(suffix):
@@ -134,11 +163,27 @@ def _slide_uri(v: Any) -> str | None:
         uri = parse_s3_uri(v)
     except ValueError as e:
         return str(e)
-    if not uri.key or uri.key.endswith("/"):
-        return "must name an object (s3://bucket/key.tif), not a bucket or prefix"
-    name = uri.key.rsplit("/", 1)[-1].lower()
-    if not name.endswith(SLIDE_SUFFIXES):
-        return "must be a TIFF-family slide (.tif, .tiff, .ome.tif, .ome.tiff or .svs)"
+    if not uri.key:
+        return "must name a slide object (s3://bucket/key.svs) or a slide's prefix (s3://bucket/slide/), not a bucket"
+    if uri.is_prefix:
+        # The prefix is downloaded as one local folder named after its last segment: every segment must be a name.
+        segments = uri.key[:-1].split("/")
+        if "" in segments:
+            return "must not contain an empty path segment ('//')"
+        if "." in segments or ".." in segments:
+            return "must not contain a '.' or '..' path segment"
+        return None
+    name = uri.name.lower()
+    if name.endswith(MULTI_FILE_SUFFIXES):
+        if "/" in uri.key:
+            parent = uri.key.rsplit("/", 1)[0] + "/"
+            return ("is one file of a multi-file slide (.mrxs/.vms): send the prefix that holds it and its data "
+                    f"files instead, e.g. s3://{uri.bucket}/{parent}")
+        return ("is one file of a multi-file slide (.mrxs/.vms): put it and its data files under a prefix of their "
+                "own and send that prefix instead, e.g. s3://bucket/slide/")
+    if not name.endswith(OBJECT_SUFFIXES):
+        return (f"must be a slide object ending in {', '.join(OBJECT_SUFFIXES)}, or a prefix ending in '/' holding "
+                "a multi-file slide (MRXS, VMS, DICOM series)")
     return None
 
 
@@ -224,15 +269,19 @@ def parse_message(body: str | bytes) -> SlideMessage:
         slide_id = default_slide_id(slide.key)
         problem = _slide_id(slide_id)
         if problem:
+            what = "last segment" if slide.is_prefix else "file stem"
             raise ContractError("slide", data["slide"],
-                                f"its file stem {slide_id!r} is not a usable slide_id; give slide_id explicitly")
+                                f"its {what} {slide_id!r} is not a usable slide_id; give slide_id explicitly")
     return SlideMessage(slide=slide, output=parse_s3_uri(data["output"]), slide_id=slide_id,
                         study=data.get("study"), sequence=data.get("sequence"))
 
 
 def make_body(slide: str, output: str, *, slide_id: str | None = None, study: str | None = None,
               sequence: int | None = None) -> str:
-    """Build a contract-conforming message body (validated, so a producer cannot send a bad one by accident)."""
+    """Build a contract-conforming message body (validated, so a producer cannot send a bad one by accident).
+
+    `slide` is `s3://bucket/key.<ext>` for a one-object slide, or `s3://bucket/prefix/` for a multi-file one.
+    """
     d: dict[str, Any] = {"slide": slide, "output": output}
     if slide_id is not None:
         d["slide_id"] = slide_id

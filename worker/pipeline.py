@@ -30,8 +30,9 @@ class PipelineSettings:
     """Pixel size override in µm per pixel, used when the slide carries no (or a wrong) calibration (default None:
     read it from the file and refuse the slide if absent)."""
     mpp_tolerance: float = 0.25
-    """Largest relative difference allowed between the model's input_mpp_um and the analysed level's pixel size
-    (default 0.25); past it the slide is refused rather than analysed at the wrong scale."""
+    """Largest relative difference between the model's input_mpp_um and a stored level's pixel size for that level
+    to be analysed as it is (default 0.25). Otherwise the nearest finer level is area-averaged down to exactly
+    input_mpp_um; a slide coarser than input_mpp_um by more than this is refused (never upsampled)."""
     skip_background: bool = True
     """Run the model only on tiles that meet tissue (default True); False analyses every tile."""
     tissue: TissueSettings = TissueSettings()
@@ -62,23 +63,10 @@ def _check_slide_id(slide_id: str) -> None:
 
 
 def choose_level(slide: Slide, model: LoadedModel, tolerance: float) -> Level:
-    """The pyramid level whose pixel size is nearest the model's input_mpp_um (level 0 when the model has none)."""
-    if model.input_mpp_um is None:
-        return slide.levels[0]
-    target = float(model.input_mpp_um)
-
-    def mpp(lv: Level) -> float:
-        mx, my = slide.level_mpp(lv)
-        return (mx + my) / 2
-
-    best = min(slide.levels, key=lambda lv: abs(math.log(mpp(lv) / target)))
-    if abs(mpp(best) / target - 1) > tolerance:
-        have = ", ".join(f"{mpp(lv):.3g}" for lv in slide.levels)
-        raise SlideError(
-            f"{slide.path}: no pyramid level near the model's {target:g} µm/px (levels have {have} µm/px, "
-            f"{slide.mpp_source}; tolerance ±{tolerance:.0%})"
-        )
-    return best
+    """The level to analyse at the model's input_mpp_um: a stored level within `tolerance`, else one area-averaged
+    on the fly from the nearest finer stored level (level 0 when the model has no scale). Never upsamples: a slide
+    coarser than the model needs (beyond the tolerance) is refused with SlideError."""
+    return slide.analysis_level(model.input_mpp_um, tolerance)
 
 
 def _bands(
@@ -173,6 +161,9 @@ def process_slide(
                     "model": f"{model.name} {model.version}",
                     "slide_mpp_um": f"{slide.mpp_x:.6g} x {slide.mpp_y:.6g} ({slide.mpp_source})",
                     "analysed_level": str(level.index),
+                    "analysis_mpp_um": f"{lmx:.6g} x {lmy:.6g}"
+                    + (f" (area-averaged {level.factor:.4g}x on the fly)" if level.source is not None else ""),
+                    "slide_format": f"{slide.format} via {slide.reader}",
                     "worker": WORKER_VERSION,
                 },
                 settings=s.overlay,
@@ -200,13 +191,21 @@ def process_slide(
                 "mpp_um": slide.mpp_x,
                 "mpp_um_y": slide.mpp_y,
                 "mpp_source": slide.mpp_source,
+                "input": slide.describe(),
                 "analysis": {
                     "level": level.index,
                     "downsample": level.downsample,
                     "width": level.width,
                     "height": level.height,
                     "mpp_um": lmx,
+                    "mpp_um_y": lmy,
+                    "resampled": (
+                        f"area-averaged {level.factor:.4g}x from level {level.index} "
+                        f"({slide.level_mpp(level.source)[0]:.4g} µm/px)" if level.source is not None else None
+                    ),
+                    "model_mpp_um": model.input_mpp_um,
                     "tile_size": T,
+                    "colour_conversion": slide.colour.conversion,
                 },
                 "tiles_total": int(grid.size),
                 "tiles_seen": len(jobs),

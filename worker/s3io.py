@@ -1,11 +1,13 @@
 """Thin S3 and SQS helpers on boto3's standard configuration (so AWS_ENDPOINT_URL, profiles and IRSA all apply)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterable
 
 import boto3
 from botocore.config import Config
@@ -20,6 +22,16 @@ _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
 _PRECONDITION = {"412", "PreconditionFailed", "ConditionalRequestConflict"}
 
 CONTENT_TYPES = {".json": "application/json", ".png": "image/png", ".tif": "image/tiff", ".tiff": "image/tiff"}
+
+#: At most this many objects under one slide prefix (a DICOM WSI series has tens to a few thousand instances; more
+#: almost certainly means a wrong prefix, such as a whole study).
+MAX_PREFIX_OBJECTS = 20_000
+#: Default limit on the total size of the objects under one slide prefix, in bytes (64 GiB; scratch needs that room).
+DEFAULT_MAX_PREFIX_BYTES = 64 * 1024**3
+#: Parallel GETs when downloading a prefix (many small DICOM instances are latency-bound, not bandwidth-bound).
+PREFIX_DOWNLOAD_WORKERS = 8
+# Most file systems allow 255 bytes per path segment; a longer S3 key segment cannot be written as a file.
+_MAX_SEGMENT_BYTES = 255
 
 
 def s3_client() -> Any:
@@ -57,6 +69,175 @@ class ObjectInfo:
     """The object's ETag, quotes included, exactly as S3 returns it."""
     size_bytes: int
     """The object's size in bytes."""
+
+
+class PrefixError(ValueError):
+    """A slide prefix that can never be used as one slide (empty, over a limit, an unsafe key); `str()` is one line."""
+
+
+class PrefixChanged(RuntimeError):
+    """Objects under a slide prefix changed while it was being downloaded (transient: retry once it settles)."""
+
+
+@dataclass(frozen=True)
+class PrefixObject:
+    """One object under a slide prefix, as ListObjectsV2 reported it."""
+
+    key: str
+    """The full object key."""
+    relative: str
+    """The key below the prefix ('/'-separated): the file's path inside the local download folder."""
+    etag: str
+    """The object's ETag, quotes included, exactly as S3 lists it (each GET is made If-Match this value)."""
+    size_bytes: int
+    """The object's size in bytes."""
+
+
+def manifest_digest(entries: Iterable[tuple[str, str, int]]) -> str:
+    """`manifest-sha256:<hex>` over (relative key, ETag, size) entries, sorted first, so listing order cannot matter.
+
+    The entries are hashed as canonical JSON (a list of [key, etag, size]), which is unambiguous for any key text.
+    """
+    rows = sorted([str(k), str(e), int(n)] for k, e, n in entries)
+    canonical = json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return "manifest-sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+@dataclass(frozen=True)
+class PrefixListing:
+    """Every object under one slide prefix (folder markers skipped), sorted by relative key, and its identity."""
+
+    prefix: S3Uri
+    """The listed prefix (its key ends in '/')."""
+    objects: tuple[PrefixObject, ...]
+    """The objects, sorted by relative key; never empty (list_prefix refuses an empty prefix)."""
+
+    @property
+    def size_bytes(self) -> int:
+        """The objects' total size in bytes."""
+        return sum(o.size_bytes for o in self.objects)
+
+    @property
+    def digest(self) -> str:
+        """The prefix's identity, `manifest-sha256:<hex>` over the sorted (relative key, ETag, size) list."""
+        return manifest_digest((o.relative, o.etag, o.size_bytes) for o in self.objects)
+
+    def identity(self) -> dict[str, Any]:
+        """The summary's `input` facts for this prefix: `etag` (the digest), `objects` and `size_bytes`."""
+        return {"etag": self.digest, "objects": len(self.objects), "size_bytes": self.size_bytes}
+
+
+def safe_relative_path(relative: str, *, key: str, prefix: S3Uri) -> PurePosixPath:
+    """`relative` as a path that stays inside a download folder; PrefixError (one line, naming the key) if it cannot."""
+    def refuse(why: str) -> PrefixError:
+        return PrefixError(f"key={key!r} under {prefix}: {why}; the prefix cannot be downloaded as one slide")
+
+    if relative.startswith("/"):
+        raise refuse("would be an absolute path (an empty segment after the prefix)")
+    if "\x00" in relative:
+        raise refuse("contains a NUL character")
+    parts = relative.split("/")
+    if ".." in parts:
+        raise refuse("would escape the download folder (a '..' segment)")
+    if "." in parts or "" in parts:
+        raise refuse("has a '.' or empty path segment (two keys could land on one file)")
+    if any(len(p.encode("utf-8")) > _MAX_SEGMENT_BYTES for p in parts):
+        raise refuse(f"has a path segment over {_MAX_SEGMENT_BYTES} bytes (too long for a file name)")
+    return PurePosixPath(*parts)
+
+
+def list_prefix(s3: Any, prefix: S3Uri, *, max_objects: int = MAX_PREFIX_OBJECTS,
+                max_total_bytes: int = DEFAULT_MAX_PREFIX_BYTES, page_size: int = 1000) -> PrefixListing:
+    """List every object under `prefix` (paginated ListObjectsV2), skipping folder markers (keys ending in '/').
+
+    Raises PrefixError (one line) when there is no object, more than `max_objects` objects, more than
+    `max_total_bytes` bytes in all, or a key that cannot be a file inside a download folder; a missing bucket or a
+    denied listing raises botocore's ClientError (check with is_not_found).
+    """
+    if not prefix.is_prefix or not prefix.key:
+        raise PrefixError(f"prefix={str(prefix)!r}: must be a key prefix ending in '/' (not an object or a bucket)")
+    objects: list[PrefixObject] = []
+    total = 0
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=prefix.bucket, Prefix=prefix.key,
+                                   PaginationConfig={"PageSize": page_size}):
+        for o in page.get("Contents", []):
+            key = o["Key"]
+            if key.endswith("/"):  # a "folder" made by the console or a sync tool: nothing to download
+                continue
+            relative = key[len(prefix.key):]
+            safe_relative_path(relative, key=key, prefix=prefix)
+            objects.append(PrefixObject(key=key, relative=relative, etag=o["ETag"], size_bytes=int(o["Size"])))
+            total += int(o["Size"])
+            if len(objects) > max_objects:
+                raise PrefixError(f"{prefix} holds more than {max_objects} objects (limit: {max_objects} per "
+                                  "slide); is it one slide?")
+            if total > max_total_bytes:
+                raise PrefixError(f"{prefix} holds more than {max_total_bytes} bytes (limit: {max_total_bytes} "
+                                  "bytes per slide)")
+    if not objects:
+        raise PrefixError(f"no objects under {prefix} (keys ending in '/' are folder markers and do not count)")
+    objects.sort(key=lambda o: o.relative)
+    files = {o.relative for o in objects}
+    for o in objects:
+        parent = o.relative.rsplit("/", 1)[0] if "/" in o.relative else ""
+        while parent:
+            if parent in files:
+                raise PrefixError(f"key={prefix.key + parent!r} under {prefix}: is both an object and the folder of "
+                                  f"{o.key!r}; the prefix cannot be downloaded as one slide")
+            parent = parent.rsplit("/", 1)[0] if "/" in parent else ""
+    return PrefixListing(prefix=prefix, objects=tuple(objects))
+
+
+def download_prefix(s3: Any, listing: PrefixListing, dest: Path, *, workers: int = PREFIX_DOWNLOAD_WORKERS,
+                    progress: Callable[[int, int], None] | None = None) -> int:
+    """Download every listed object into folder `dest`, at its relative path; return the bytes written.
+
+    Each GET is made If-Match the listed ETag, and each file's size is checked against the listing, so a prefix
+    rewritten during the download raises PrefixChanged (transient) rather than yielding a mixed slide.
+    `progress(done, total)` is called after each object (from the calling thread); an exception it raises stops
+    the download (objects not started are skipped) and propagates.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    jobs: list[tuple[PrefixObject, Path]] = []
+    for o in listing.objects:
+        path = dest.joinpath(*safe_relative_path(o.relative, key=o.key, prefix=listing.prefix).parts)
+        if not path.resolve().is_relative_to(root):  # defence in depth, e.g. a symlink already in dest
+            raise PrefixError(f"key={o.key!r} under {listing.prefix}: would be written outside {dest}")
+        jobs.append((o, path))
+
+    def fetch(o: PrefixObject, path: Path) -> int:
+        uri = S3Uri(listing.prefix.bucket, o.key)
+        try:
+            n = download(s3, uri, path, if_match=o.etag)
+        except ClientError as e:
+            if is_precondition_failed(e):
+                raise PrefixChanged(f"{uri} changed during the download (ETag no longer {o.etag})") from None
+            if is_not_found(e):
+                raise PrefixChanged(f"{uri} was deleted during the download") from None
+            raise
+        if n != o.size_bytes:
+            raise PrefixChanged(f"{uri}: {n} bytes read, {o.size_bytes} listed")
+        return n
+
+    total = 0
+    done = 0
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="s3-prefix") as pool:
+        pending: set[Future[int]] = {pool.submit(fetch, o, path) for o, path in jobs}
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    total += f.result()
+                    done += 1
+                    if progress is not None:
+                        progress(done, len(jobs))
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
+    return total
 
 
 def head(s3: Any, uri: S3Uri) -> ObjectInfo:

@@ -432,3 +432,174 @@ def test_liveness_file_is_touched_by_the_main_loop(env, tmp_path):
     before = time.time()
     assert c.run() == 0
     assert alive.exists() and alive.stat().st_mtime >= before - 1
+
+
+# --- multi-file slides: a `slide` prefix -------------------------------------------------------------------------
+CASE = "in/case-7/"
+# An MRXS-shaped slide (index file + data folder) and a folder marker, as a sync tool would upload it.
+CASE_FILES = {"S1.mrxs": b"[GENERAL]\nindex", "S1/Index.dat": b"index data", "S1/Slidedat.ini": b"[GENERAL]\nv=1",
+              "S1/Data0000.dat": b"\xff\xd8 tiles 0", "S1/Data0001.dat": b"\xff\xd8 tiles 1"}
+
+
+def put_case(s3, files=CASE_FILES, prefix=CASE) -> None:
+    s3.put_object(Bucket=SLIDES, Key=prefix, Body=b"")  # folder marker: skipped
+    for rel, data in files.items():
+        s3.put_object(Bucket=SLIDES, Key=prefix + rel, Body=data)
+
+
+def test_a_prefix_reaches_the_processor_as_a_folder_and_its_redelivery_is_skipped(env, tmp_path):
+    from worker import s3io
+    from worker.messages import S3Uri
+
+    s3, sqs = env
+    put_case(s3)
+    s3.put_object(Bucket=SLIDES, Key="in/case-70/x.dat", Body=b"a neighbour, not part of the slide")
+    url, dlq = make_queues(sqs)
+    first = send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
+    send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
+    proc = StandIn()
+    spy = RecordingS3(s3)
+    c = Consumer(settings(url, scratch_dir=str(tmp_path / "scratch")), proc, s3=spy)
+    assert c.run() == 0
+    assert [o.status for o in c.outcomes] == ["done", "skipped"]
+    assert c.outcomes[1].reason == "summary with the same input manifest exists (already done)"
+    assert proc.calls == ["case-7"]
+    path, is_dir, seen = proc.inputs[0]
+    assert is_dir and path.name == "case-7" and path.parent.name == "input"
+    assert seen == CASE_FILES
+    assert spy.writes == ["run/case-7.overlay.ome.tif", "run/case-7.preview.png", "run/case-7.json"]
+    summary = get_json(s3, "run/case-7.json")
+    listing = s3io.list_prefix(s3, S3Uri(SLIDES, CASE))
+    assert summary["input"] == {"uri": f"s3://{SLIDES}/{CASE}", "etag": listing.digest, "objects": 5,
+                                "size_bytes": sum(len(b) for b in CASE_FILES.values())}
+    assert summary["input"]["etag"].startswith("manifest-sha256:")
+    assert summary["message"]["id"] == first and summary["message"]["body"]["slide"] == f"s3://{SLIDES}/{CASE}"
+    assert summary["input_bytes"] == summary["input"]["size_bytes"]  # the stand-in saw every byte
+    assert counts(sqs, url) == (0, 0) and counts(sqs, dlq) == (0, 0)
+    assert list((tmp_path / "scratch").iterdir()) == []  # the downloaded folder is cleaned up
+
+
+def test_a_changed_prefix_is_processed_again(env):
+    s3, sqs = env
+    put_case(s3)
+    url, _ = make_queues(sqs)
+    send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
+    Consumer(settings(url), StandIn()).run()
+    old = get_json(s3, "run/case-7.json")["input"]
+    s3.put_object(Bucket=SLIDES, Key=CASE + "S1/Data0001.dat", Body=b"\xff\xd8 tiles 9")  # same size, new ETag
+    send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
+    proc = StandIn()
+    c = Consumer(settings(url), proc)
+    c.run()
+    assert [o.status for o in c.outcomes] == ["done"]
+    new = get_json(s3, "run/case-7.json")["input"]
+    assert new["etag"] != old["etag"] and new["size_bytes"] == old["size_bytes"]
+    assert proc.inputs[0][2]["S1/Data0001.dat"] == b"\xff\xd8 tiles 9"
+
+
+def test_bad_prefixes_go_to_the_dlq_with_one_line_each(env):
+    s3, sqs = env
+    put_case(s3, {"../../outside.dat": b"x"}, prefix="in/evil/")
+    s3.put_object(Bucket=SLIDES, Key="in/only-markers/", Body=b"")
+    url, dlq = make_queues(sqs, max_receive=5)
+    for slide in (f"s3://{SLIDES}/in/only-markers/", f"s3://{SLIDES}/in/never-uploaded/",
+                  f"s3://{SLIDES}/in/evil/", "s3://no-such-bucket/in/case-7/", f"s3://{SLIDES}/in/S1.mrxs"):
+        send(sqs, url, {"slide": slide, "output": OUT})
+    proc = StandIn()
+    c = Consumer(settings(url), proc)
+    assert c.run() == 0
+    assert [o.status for o in c.outcomes] == ["dead-lettered"] * 5  # first receive each: no retries spent
+    reasons = [m["MessageAttributes"][DLQ_REASON_ATTR]["StringValue"] for m in drain(sqs, dlq)]
+    assert sorted(reasons) == sorted([
+        f"bad slide s3://{SLIDES}/in/only-markers/: no objects under s3://{SLIDES}/in/only-markers/ "
+        "(keys ending in '/' are folder markers and do not count)",
+        f"bad slide s3://{SLIDES}/in/never-uploaded/: no objects under s3://{SLIDES}/in/never-uploaded/ "
+        "(keys ending in '/' are folder markers and do not count)",
+        f"bad slide s3://{SLIDES}/in/evil/: key='in/evil/../../outside.dat' under s3://{SLIDES}/in/evil/: would "
+        "escape the download folder (a '..' segment); the prefix cannot be downloaded as one slide",
+        "bad slide s3://no-such-bucket/in/case-7/: bucket not found",
+        f'contract violation: slide="s3://{SLIDES}/in/S1.mrxs": is one file of a multi-file slide (.mrxs/.vms): '
+        f"send the prefix that holds it and its data files instead, e.g. s3://{SLIDES}/in/",
+    ])
+    assert proc.calls == [] and keys(s3) == [] and counts(sqs, url) == (0, 0)
+
+
+def test_a_prefix_rewritten_during_the_download_is_retried_not_dead_lettered(env):
+    s3, sqs = env
+    put_case(s3)
+    url, dlq = make_queues(sqs)
+    send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
+
+    class RescanDuringFirstGet(RecordingS3):
+        """Rewrites one of the slide's objects just before the first GET of the download (once)."""
+
+        def __init__(self, real):
+            super().__init__(real)
+            self.done = False
+
+        def get_object(self, **kw):
+            if not self.done and kw.get("IfMatch"):
+                self.done = True
+                self.real.put_object(Bucket=SLIDES, Key=CASE + "S1/Index.dat", Body=b"rescanned")
+            return self.real.get_object(**kw)
+
+    proc = StandIn()
+    c = Consumer(settings(url), proc, s3=RescanDuringFirstGet(s3))
+    assert c.run() == 0
+    assert [o.status for o in c.outcomes] == ["retry", "done"]
+    assert "PrefixChanged: " in c.outcomes[0].reason and "changed during the download" in c.outcomes[0].reason
+    assert proc.calls == ["case-7"]  # the mixed first download never reached the processor
+    assert proc.inputs[0][2]["S1/Index.dat"] == b"rescanned"
+    assert counts(sqs, dlq) == (0, 0)
+
+
+def test_an_object_added_during_the_download_is_caught_by_the_second_listing(env):
+    s3, sqs = env
+    put_case(s3)
+    url, _ = make_queues(sqs)
+    send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
+
+    class AddDuringDownload(RecordingS3):
+        def __init__(self, real):
+            super().__init__(real)
+            self.done = False
+
+        def get_object(self, **kw):
+            if not self.done and kw.get("IfMatch"):
+                self.done = True
+                self.real.put_object(Bucket=SLIDES, Key=CASE + "S1/Data0002.dat", Body=b"late tiles")
+            return self.real.get_object(**kw)
+
+    proc = StandIn()
+    c = Consumer(settings(url), proc, s3=AddDuringDownload(s3))
+    c.run()
+    assert [o.status for o in c.outcomes] == ["retry", "done"]
+    assert f"objects under s3://{SLIDES}/{CASE} changed during the download" in c.outcomes[0].reason
+    assert "S1/Data0002.dat" in proc.inputs[0][2] and get_json(s3, "run/case-7.json")["input"]["objects"] == 6
+
+
+def test_a_bad_multi_file_slide_names_its_s3_file_not_the_scratch_folder(env, tmp_path):
+    from worker.consumer import PermanentError
+
+    s3, sqs = env
+    put_case(s3)
+    url, dlq = make_queues(sqs)
+    send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
+    proc = StandIn(fail_with=lambda folder: PermanentError(f"{folder}/S1/Slidedat.ini: no [HIERARCHICAL] section"))
+    c = Consumer(settings(url, scratch_dir=str(tmp_path / "scratch")), proc)
+    assert c.run() == 0
+    assert [o.status for o in c.outcomes] == ["dead-lettered"]
+    dead = drain(sqs, dlq)
+    assert dead[0]["MessageAttributes"][DLQ_REASON_ATTR]["StringValue"] == (
+        f"bad slide s3://{SLIDES}/{CASE}: s3://{SLIDES}/{CASE}S1/Slidedat.ini: no [HIERARCHICAL] section")
+
+
+def test_a_prefix_over_the_size_limit_is_dead_lettered(env):
+    s3, sqs = env
+    put_case(s3)
+    url, dlq = make_queues(sqs)
+    send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
+    c = Consumer(settings(url, max_prefix_bytes=10), StandIn())
+    c.run()
+    assert [o.status for o in c.outcomes] == ["dead-lettered"]
+    assert "holds more than 10 bytes (limit: 10 bytes per slide)" in c.outcomes[0].reason

@@ -132,14 +132,14 @@ def test_not_a_slide_is_a_slide_error_and_leaves_nothing(model, tmp_path):
     bad.write_text("this is not a slide")
     with pytest.raises(SlideError) as info:
         process_slide(bad, tmp_path / "o", model, slide_id="n")
-    assert str(info.value).startswith(f"{bad}: not a TIFF slide") and "\n" not in str(info.value)
+    assert str(info.value).startswith(f"{bad}: not a slide format this worker reads") and "\n" not in str(info.value)
     assert list((tmp_path / "o").iterdir()) == []
 
 
 def test_truncated_slide_is_a_slide_error_and_leaves_nothing(model, tmp_path):
     p = write_synthetic_slide(tmp_path / "t.ome.tif", 2048, 2048, tissue_fraction=0.6, seed=3)
     p.write_bytes(p.read_bytes()[: p.stat().st_size * 2 // 3])
-    with pytest.raises(SlideError, match="is truncated|does not decode|not a TIFF"):
+    with pytest.raises(SlideError, match=r"truncated: the file is [\d,]+ bytes but its image data runs to [\d,]+ bytes"):
         process_slide(p, tmp_path / "o", model, slide_id="t", settings=PipelineSettings(skip_background=False))
     assert list((tmp_path / "o").iterdir()) == []
 

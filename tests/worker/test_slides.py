@@ -68,7 +68,7 @@ def test_missing_calibration_is_refused_in_one_line_unless_overridden(tmp_path):
     with pytest.raises(SlideError) as info:
         open_slide(p)
     msg = str(info.value)
-    assert msg.startswith(f"{p}: no pixel calibration") and "\n" not in msg and "mpp_um" in msg
+    assert msg.startswith(f"{p}: no pixel calibration") and "\n" not in msg and "pass --mpp-um" in msg
     with open_slide(p, mpp_um=0.5) as s:
         assert (s.mpp_x, s.mpp_source) == (0.5, "override")
 
@@ -88,11 +88,17 @@ def test_implausible_override_is_refused(tmp_path):
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda p: p.write_text("not a slide\n"), "not a TIFF slide"),
-        (lambda p: p.write_bytes(write_synthetic_slide(p, 512, 512).read_bytes()[:100]), "not a TIFF slide"),
-        (lambda p: tifffile.imwrite(p, np.zeros((64, 64), np.uint16)), "no 8-bit RGB image"),
-        (lambda p: tifffile.imwrite(p, _rgb(300, 300), photometric="rgb", resolution=(40000, 40000), resolutionunit="CENTIMETER"),
-         "stored in strips, not tiles"),
+        (lambda p: p.write_text("not a slide\n"), "not a slide format this worker reads (starts with b'not a sl'"),
+        (lambda p: p.write_bytes(write_synthetic_slide(p, 512, 512).read_bytes()[:100]), "truncated or damaged TIFF (100 bytes"),
+        (lambda p: p.write_bytes(b""), "empty file (0 bytes"),
+        (lambda p: tifffile.imwrite(p, np.zeros((64, 64), np.uint16)),
+         "not a brightfield RGB or 8-bit single-channel slide (found uint16 MINISBLACK 64x64"),
+        (lambda p: tifffile.imwrite(p, np.zeros((5, 64, 64), np.uint8), photometric="minisblack",
+                                    metadata={"axes": "CYX"}),
+         "not a brightfield RGB or 8-bit single-channel slide (found uint8 MINISBLACK 5x64x64 CYX"),
+        (lambda p: tifffile.imwrite(p, np.full((300, 300), 200, np.uint8), photometric="minisblack", tile=(128, 128),
+                                    resolution=(40000, 40000), resolutionunit="CENTIMETER"),
+         "brightfield, single channel (grayscale): the model needs stained RGB"),
     ],
 )
 def test_not_a_slide_gives_one_line_naming_the_file(tmp_path, make, message):
@@ -104,14 +110,41 @@ def test_not_a_slide_gives_one_line_naming_the_file(tmp_path, make, message):
     assert text.startswith(str(p)) and message in text and "\n" not in text
 
 
-def test_truncated_tile_is_a_slide_error(tmp_path):
+def test_truncated_file_is_refused_at_open_naming_the_cause(tmp_path):
     p = write_synthetic_slide(tmp_path / "t.ome.tif", 1024, 1024)
-    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
-    with open_slide(p) as s, pytest.raises(SlideError, match=r"level 0 tile \(\d+, \d+\) is truncated"):
+    full = p.stat().st_size
+    p.write_bytes(p.read_bytes()[: full // 2])
+    with pytest.raises(SlideError) as info:
+        open_slide(p)
+    text = str(info.value)
+    assert f"truncated: the file is {full // 2:,} bytes" in text and "partial upload" in text and "\n" not in text
+
+
+def test_a_tile_cut_short_after_open_is_a_slide_error(tmp_path):
+    p = write_synthetic_slide(tmp_path / "t.ome.tif", 1024, 1024)
+    with open_slide(p) as s:
         lv = s.levels[0]
-        for ty in range(lv.tiles_down):
-            for tx in range(lv.tiles_across):
-                s.read_tile(lv, tx, ty)
+        p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])  # the upload is overwritten while we read
+        with pytest.raises(SlideError, match=r"level 0 tile \(\d+, \d+\) is truncated"):
+            for ty in range(lv.tiles_down):
+                for tx in range(lv.tiles_across):
+                    s.read_tile(lv, tx, ty)
+
+
+def test_stripped_levels_are_read_by_region(tmp_path):
+    data = _rgb(700, 900, seed=5)
+    for compression in (None, "zlib"):
+        p = tmp_path / f"strips-{compression}.tif"
+        tifffile.imwrite(p, data, photometric="rgb", rowsperstrip=37, compression=compression,
+                         resolution=(40000, 40000), resolutionunit="CENTIMETER")
+        with open_slide(p) as s:
+            lv = s.levels[0]
+            assert (lv.tile_width, lv.tile_height) == (0, 37) and s.reader == "tifffile"
+            got = s.read_region(lv, 250, 100, 300, 256)
+            assert np.array_equal(got, data[100:356, 250:550])
+            edge = s.read_region(lv, 800, 600, 256, 256)  # past the edge reads as glass
+            assert np.array_equal(edge[:100, :100], data[600:, 800:]) and (edge[100:] == 255).all()
+            assert np.array_equal(s.read_decimated(lv, 4), data[2::4, 2::4])
 
 
 def test_missing_file(tmp_path):

@@ -1,0 +1,119 @@
+"""Choose the reader for a slide from its content (a file or a folder), not from its suffix alone."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import tifffile
+
+from worker.slides.base import Slide, SlideError, fail, one_line
+from worker.slides.dicom import DicomSlide, dicom_files, is_dicom_file
+from worker.slides.tiff import TiffSlide, open_tiff, tiff_flavour
+from worker.slides.vendor import OpenSlideSlide, detect_format
+
+_TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic TIFF and BigTIFF, both byte orders
+# Multi-file formats whose index file names the slide inside a folder.
+_INDEX_SUFFIXES = (".mrxs", ".vms")
+
+
+def _magic(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(16)
+
+
+def _in_folder(folder: Path) -> Path:
+    """The slide a folder holds: DICOM instances (the folder itself), one .mrxs/.vms index, or one slide file."""
+    if dicom_files(folder):
+        return folder
+    entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    index = [p for p in entries if p.is_file() and p.suffix.lower() in _INDEX_SUFFIXES]
+    if len(index) == 1:
+        return index[0]
+    files = [p for p in entries if p.is_file() and p.stat().st_size > 0]
+    slides = [p for p in files if _magic(p)[:4] in _TIFF_MAGIC]
+    if len(index) > 1 or len(slides) > 1:
+        names = ", ".join(p.name for p in (index or slides)[:4])
+        raise fail(folder, f"the folder holds several slides ({names}); send one slide per message")
+    if len(slides) == 1:
+        return slides[0]
+    raise fail(folder, f"no slide in the folder ({len(entries)} entries; expected DICOM WSI instances, an .mrxs or "
+                       f".vms with its data files, or one slide file)")
+
+
+def open_slide(path: str | Path, *, mpp_um: float | None = None) -> Slide:
+    """Open a slide (a file, or a folder for DICOM WSI and MRXS/VMS), choosing the reader from its content.
+
+    Readers: tifffile for generic/OME-TIFF and Aperio SVS (JPEG, JPEG 2000; tiled or stripped), OpenSlide for
+    NDPI, MRXS, SCN, BIF, VMS, Philips TIFF and TIFFs tifffile cannot decode, wsidicom for DICOM WSI. Raises
+    SlideError (one line naming the file and the cause) when it cannot be used.
+    """
+    path = Path(path)
+    if path.is_dir():
+        target = _in_folder(path)
+        if target == path:
+            return DicomSlide(path, mpp_um=mpp_um)
+        path = target
+    if not path.is_file():
+        raise fail(path, "no such file")
+    size = path.stat().st_size
+    if size == 0:
+        raise fail(path, "empty file (0 bytes; a failed upload or copy?)")
+    magic = _magic(path)
+    if magic[:4] in _TIFF_MAGIC:
+        return _open_tiff_family(path, mpp_um, size)
+    if is_dicom_file(path):
+        return DicomSlide(path, mpp_um=mpp_um)
+    vendor = detect_format(path)
+    if vendor is not None:
+        return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor)
+    if path.suffix.lower() in _INDEX_SUFFIXES:
+        raise fail(path, f"OpenSlide cannot read this {path.suffix} index; its data files must lie beside it "
+                         f"(send the folder or S3 prefix holding both)")
+    raise fail(path, f"not a slide format this worker reads (starts with {magic[:8]!r}; expected TIFF/SVS/NDPI/SCN/"
+                     f"BIF, DICOM, or an MRXS/VMS index)")
+
+
+def _open_tiff_family(path: Path, mpp_um: float | None, size: int) -> Slide:
+    """TIFF-structured files: tifffile where it reads them correctly, OpenSlide for vendor layouts and the rest."""
+    flavour = None
+    try:
+        with tifffile.TiffFile(path) as tif:
+            flavour = tiff_flavour(tif)
+    except (tifffile.TiffFileError, ValueError, OSError, struct.error, IndexError) as exc:
+        if size < 4096:
+            raise fail(path, f"truncated or damaged TIFF ({size} bytes; {one_line(exc)})") from None
+        tiff_error = fail(path, f"damaged TIFF structure ({one_line(exc)}; a partial upload or copy?)")
+    else:
+        tiff_error = None
+    vendor = detect_format(path)
+    if flavour is not None or (vendor not in (None, "aperio", "generic-tiff") and tiff_error is None):
+        # NDPI, SCN, Philips, BIF ...: tifffile exposes their IFDs but not a plain tile grid to decode.
+        if tiff_error is None:
+            _check_tiff_complete(path, size)
+        return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor)
+    if tiff_error is not None:
+        raise tiff_error
+    try:
+        return open_tiff(path, mpp_um)
+    except SlideError as exc:
+        text = str(exc)
+        # A codec or layout tifffile cannot decode, in a file OpenSlide can read: let OpenSlide read it.
+        if vendor is not None and ("does not decode" in text or "volumetric or planar" in text):
+            return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor)
+        raise
+
+
+def _check_tiff_complete(path: Path, size: int) -> None:
+    """Refuse a vendor TIFF shorter than its own directory says (a partial upload), before OpenSlide meets it."""
+    end = 0
+    try:
+        with tifffile.TiffFile(path) as tif:
+            for page in tif.pages:
+                offs, counts = page.dataoffsets, page.databytecounts
+                if len(offs):
+                    end = max(end, max(int(o) + int(c) for o, c in zip(offs, counts)))
+    except Exception:  # noqa: BLE001 - unreadable directories are OpenSlide's to report
+        return
+    if end > size:
+        raise fail(path, f"truncated: the file is {size:,} bytes but its image data runs to {end:,} bytes "
+                         f"(a partial upload or copy?)")
