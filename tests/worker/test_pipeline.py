@@ -30,9 +30,9 @@ def model():
 
 @pytest.fixture(scope="module")
 def run(model, tmp_path_factory):
-    """One 4096 px slide (seed 4242, never trained on) through the pipeline."""
+    """One 4096 px slide at the model's 0.5 µm/px (seed 4242, never trained on) through the pipeline."""
     d = tmp_path_factory.mktemp("pipe")
-    spec = SyntheticSpec(4096, 4096, 0.25, 0.3, seed=4242)
+    spec = SyntheticSpec(4096, 4096, 0.5, 0.3, seed=4242)
     slide = write_synthetic_slide(d / "S-1.ome.tif", spec.width, spec.height, spec.mpp_um, spec.tissue_fraction, spec.seed)
     calls = []
     summary = process_slide(slide, d / "out", model, slide_id="S-1", progress=lambda done, total: calls.append((done, total)))
@@ -47,7 +47,9 @@ def test_outputs_and_summary(run):
     # The JSON is the completion marker: written after the overlay and the preview.
     assert os.stat(out / "S-1.json").st_mtime_ns >= max(os.stat(out / n).st_mtime_ns for n in ("S-1.overlay.ome.tif", "S-1.preview.png"))
     assert summary["slide_id"] == "S-1" and summary["slide"] == "S-1.ome.tif"
-    assert (summary["width"], summary["height"], summary["mpp_um"]) == (4096, 4096, 0.25)
+    assert (summary["width"], summary["height"], summary["mpp_um"]) == (4096, 4096, 0.5)
+    assert summary["input"]["reader"] == "tifffile" and summary["input"]["format"] == "OME-TIFF"
+    assert summary["analysis"]["resampled"] is None and summary["analysis"]["colour_conversion"] is None
     assert summary["tiles_total"] == 256 and 0 < summary["tiles_seen"] < 256
     assert summary["tissue_fraction"] == pytest.approx(0.3, abs=0.04)
     assert summary["model"]["name"] == "gpuburst-tinyseg" and summary["model"]["version"]
@@ -56,10 +58,10 @@ def test_outputs_and_summary(run):
     assert all(v >= 0 for v in summary["timings_s"].values())
     px = summary["class_pixels"]
     assert sum(px.values()) == 1024 * 1024
-    for name, n in px.items():  # an overlay pixel is 1 µm x 1 µm here
-        assert summary["class_area_um2"][name] == pytest.approx(n * 1.0)
+    for name, n in px.items():  # an overlay pixel is 2 µm x 2 µm here
+        assert summary["class_area_um2"][name] == pytest.approx(n * 4.0)
     assert summary["units"]["class_area_um2"] == "µm²"
-    assert summary["tissue_area_um2"] == pytest.approx(summary["tissue_fraction"] * 4096 * 4096 * 0.0625, rel=1e-3)
+    assert summary["tissue_area_um2"] == pytest.approx(summary["tissue_fraction"] * 4096 * 4096 * 0.25, rel=1e-3)
 
 
 def test_progress_reports_every_tissue_tile(run):
@@ -77,8 +79,8 @@ def test_overlay_covers_the_slide_in_micrometres(run):
         ome = ome_types.from_xml(tif.pages.first.description, validate=True)
         assert 'PhysicalSizeXUnit="µm"' in tif.pages.first.description
         px = ome.images[0].pixels
-        # Same physical extent as the 0.25 µm slide: 4096 px x 0.25 µm = 1024 µm = 1024 px x 1 µm.
-        assert px.physical_size_x == pytest.approx(1.0) and px.physical_size_x_unit.value == "µm"
+        # Same physical extent as the 0.5 µm slide: 4096 px x 0.5 µm = 2048 µm = 1024 px x 2 µm.
+        assert px.physical_size_x == pytest.approx(2.0) and px.physical_size_x_unit.value == "µm"
         assert px.size_x * px.physical_size_x == pytest.approx(spec.width * spec.mpp_um)
         assert px.size_y * px.physical_size_y == pytest.approx(spec.height * spec.mpp_um)
         for k, lv in enumerate(levels):  # every level's resolution tags cover the same extent too
@@ -108,7 +110,7 @@ def test_preview_is_a_colour_png(run):
 
 
 def test_every_tile_without_skipping(model, tmp_path):
-    slide = write_synthetic_slide(tmp_path / "a.ome.tif", 1024, 768, seed=1)
+    slide = write_synthetic_slide(tmp_path / "a.ome.tif", 1024, 768, mpp_um=0.5, seed=1)
     s = process_slide(slide, tmp_path / "o", model, slide_id="a", settings=PipelineSettings(skip_background=False))
     assert s["tiles_seen"] == s["tiles_total"] == 12
 
@@ -148,20 +150,39 @@ def test_uncalibrated_slide_needs_an_explicit_mpp(model, tmp_path):
     p = write_synthetic_slide(tmp_path / "u.ome.tif", 1024, 1024, calibrated=False, seed=4)
     with pytest.raises(SlideError, match="no pixel calibration"):
         process_slide(p, tmp_path / "o", model, slide_id="u")
-    s = process_slide(p, tmp_path / "o", model, slide_id="u", settings=PipelineSettings(mpp_um=0.25))
-    assert s["mpp_source"] == "override" and s["overlay"]["mpp_um"] == pytest.approx(1.0)
+    s = process_slide(p, tmp_path / "o", model, slide_id="u", settings=PipelineSettings(mpp_um=0.5))
+    assert s["mpp_source"] == "override" and s["overlay"]["mpp_um"] == pytest.approx(2.0)
 
 
-def test_finer_scan_is_analysed_on_the_level_at_the_models_resolution(model, tmp_path):
-    p = write_synthetic_slide(tmp_path / "f.ome.tif", 2048, 2048, mpp_um=0.125, level_factor=2, seed=5)
+def test_a_stored_level_at_the_models_resolution_is_analysed_as_it_is(model, tmp_path):
+    p = write_synthetic_slide(tmp_path / "f.ome.tif", 2048, 2048, mpp_um=0.25, level_factor=2, seed=5)
     s = process_slide(p, tmp_path / "o", model, slide_id="f")
-    assert s["analysis"]["level"] == 1 and s["analysis"]["mpp_um"] == pytest.approx(0.25)
-    assert s["overlay"]["width"] == 256 and s["overlay"]["mpp_um"] == pytest.approx(1.0)  # still 256 µm across
+    assert s["analysis"]["level"] == 1 and s["analysis"]["mpp_um"] == pytest.approx(0.5)
+    assert s["analysis"]["resampled"] is None
+    assert s["overlay"]["width"] == 256 and s["overlay"]["mpp_um"] == pytest.approx(2.0)  # still 512 µm across
+
+
+def test_a_40x_scan_with_a_x4_pyramid_is_area_averaged_to_the_models_scale(model, tmp_path):
+    """No stored level near 0.5 µm/px (0.25, 1, 4): level 0 is read and area-averaged 2x on the fly, and the
+    model still finds the structures, which have physical sizes."""
+    spec = SyntheticSpec(4096, 4096, 0.25, 0.35, seed=4343)
+    p = write_synthetic_slide(tmp_path / "x4.ome.tif", spec.width, spec.height, spec.mpp_um, spec.tissue_fraction,
+                              spec.seed, level_factor=4)
+    s = process_slide(p, tmp_path / "o", model, slide_id="x4")
+    a = s["analysis"]
+    assert a["level"] == 0 and a["mpp_um"] == pytest.approx(0.5) and "area-averaged 2x from level 0" in a["resampled"]
+    assert (a["width"], a["height"]) == (2048, 2048)
+    assert s["overlay"]["mpp_um"] == pytest.approx(2.0) and s["overlay"]["width"] * 2.0 == pytest.approx(4096 * 0.25)
+    pred = tifffile.imread(tmp_path / "o" / "x4.overlay.ome.tif")
+    truth = spec.labels(8)  # one overlay pixel = 8 level-0 pixels of this 0.25 µm/px slide
+    assert pred.shape == truth.shape
+    iou = iou_per_class(pred, truth, 3)
+    assert iou[1] > 0.75 and iou[2] > 0.65, iou
 
 
 def test_scan_without_a_level_near_the_models_resolution_is_refused(model, tmp_path):
-    p = write_synthetic_slide(tmp_path / "c.ome.tif", 1024, 1024, mpp_um=0.5, seed=6)
-    with pytest.raises(SlideError, match=r"no pyramid level near the model's 0\.25 µm/px"):
+    p = write_synthetic_slide(tmp_path / "c.ome.tif", 1024, 1024, mpp_um=1.0, seed=6)
+    with pytest.raises(SlideError, match=r"no pyramid level near the model's 0\.5 µm/px .*never upsampled"):
         process_slide(p, tmp_path / "o", model, slide_id="c")
 
 
@@ -214,5 +235,6 @@ def test_memory_stays_flat_as_the_slide_grows(tmp_path):
     assert p_large - p_small < 20, report
     assert p_large < 1024, report
     summary = json.loads((tmp_path / "out" / "large.json").read_text(encoding="utf-8"))
-    assert summary["width"] == 24576 and summary["tiles_seen"] > 500
+    # 0.25 µm/px slides for the 0.5 µm/px model: level 0 area-averaged on the fly, ~15 % tissue of 48 x 48 tiles.
+    assert summary["width"] == 24576 and summary["tiles_seen"] > 250 and summary["analysis"]["resampled"]
     print(report)

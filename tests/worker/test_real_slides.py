@@ -186,9 +186,10 @@ def test_infer_writes_a_valid_pyramidal_overlay_of_the_slides_extent(inferred, n
         ome = ome_types.from_xml(raw, validate=True)
         px = ome.images[0].pixels
         assert px.physical_size_x_unit.value == "µm" and px.physical_size_y_unit.value == "µm"
-        # Covers the slide: at least its extent, at most one overlay pixel more.
-        assert slide_w_um <= px.size_x * px.physical_size_x < slide_w_um + px.physical_size_x + 1e-6
-        assert slide_h_um <= px.size_y * px.physical_size_y < slide_h_um + px.physical_size_y + 1e-6
+        # Covers the slide: at least its extent, at most one overlay pixel more (the OME-XML keeps 10 digits).
+        eps = 1e-7 * slide_w_um
+        assert slide_w_um - eps <= px.size_x * px.physical_size_x < slide_w_um + px.physical_size_x + eps
+        assert slide_h_um - eps <= px.size_y * px.physical_size_y < slide_h_um + px.physical_size_y + eps
         assert len(tif.series[0].levels) >= 2  # pyramidal
         assert tif.series[0].levels[0].shape == (px.size_y, px.size_x)
     # Analysed at the model's scale: a stored level within tolerance, or area-averaged to it exactly.
@@ -224,3 +225,21 @@ def test_infer_refuses_the_coarse_dicom_folder_in_one_line(tmp_path, capsys):
     code = cli.main(["infer", str(REAL / "dicom-bpaec"), "--out", str(tmp_path), "--device", "cpu"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and "coarser than the model needs" in err[-1] and str(REAL / "dicom-bpaec") in err[-1]
+
+
+@pytest.mark.parametrize("name", ["CMU-1-Small-Region.svs", "test3-TRITC-2-560.ndpi", "OS-2-ndpi.ome.tif"])
+def test_a_partial_upload_of_a_real_slide_is_refused_as_truncated(tmp_path, name):
+    data = (REAL / name).read_bytes()
+    cut = tmp_path / name
+    cut.write_bytes(data[: len(data) * 3 // 5])
+    with pytest.raises(SlideError) as info:
+        open_slide(cut)
+    text = str(info.value)
+    assert text.startswith(str(cut)) and "truncated" in text and "brightfield" not in text and "\n" not in text
+
+
+def test_an_ndpi_under_another_name_still_goes_to_openslide(tmp_path):
+    renamed = tmp_path / "scan.tif"
+    renamed.write_bytes((REAL / "test3-TRITC-2-560.ndpi").read_bytes())
+    with open_slide(renamed) as s:
+        assert s.reader == "openslide" and s.mpp_x == pytest.approx(0.2282, abs=5e-4)

@@ -76,8 +76,9 @@ def open_slide(path: str | Path, *, mpp_um: float | None = None) -> Slide:
 def _open_tiff_family(path: Path, mpp_um: float | None, size: int) -> Slide:
     """TIFF-structured files: tifffile where it reads them correctly, OpenSlide for vendor layouts and the rest."""
     flavour = None
+    _check_tiff_header(path, size)
     try:
-        with tifffile.TiffFile(path) as tif:
+        with tifffile.TiffFile(path, is_ndpi=False) as tif:  # content, not the ".ndpi" suffix, decides
             flavour = tiff_flavour(tif)
     except (tifffile.TiffFileError, ValueError, OSError, struct.error, IndexError) as exc:
         if size < 4096:
@@ -89,7 +90,7 @@ def _open_tiff_family(path: Path, mpp_um: float | None, size: int) -> Slide:
     if flavour is not None or (vendor not in (None, "aperio", "generic-tiff") and tiff_error is None):
         # NDPI, SCN, Philips, BIF ...: tifffile exposes their IFDs but not a plain tile grid to decode.
         if tiff_error is None:
-            _check_tiff_complete(path, size)
+            _check_tiff_complete(path, size, flavour)
         return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor)
     if tiff_error is not None:
         raise tiff_error
@@ -103,11 +104,25 @@ def _open_tiff_family(path: Path, mpp_um: float | None, size: int) -> Slide:
         raise
 
 
-def _check_tiff_complete(path: Path, size: int) -> None:
+def _check_tiff_header(path: Path, size: int) -> None:
+    """Refuse a TIFF whose first image directory lies past its end: scanners (Aperio, Hamamatsu) write the
+    directory after the pixels, so a partial upload loses it first."""
+    head = _magic(path)
+    order = "<" if head[:2] == b"II" else ">"
+    if head[2:4] in (b"*\x00", b"\x00*"):
+        (first,) = struct.unpack(order + "I", head[4:8])
+    else:  # BigTIFF
+        (first,) = struct.unpack(order + "Q", head[8:16]) if len(head) >= 16 else (size + 1,)
+    if first >= size:
+        raise fail(path, f"truncated: the file is {size:,} bytes but its first image directory starts at byte "
+                         f"{first:,} (a partial upload or copy?)")
+
+
+def _check_tiff_complete(path: Path, size: int, flavour: str | None) -> None:
     """Refuse a vendor TIFF shorter than its own directory says (a partial upload), before OpenSlide meets it."""
     end = 0
     try:
-        with tifffile.TiffFile(path) as tif:
+        with tifffile.TiffFile(path, is_ndpi=flavour == "ndpi") as tif:
             for page in tif.pages:
                 offs, counts = page.dataoffsets, page.databytecounts
                 if len(offs):

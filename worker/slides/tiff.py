@@ -34,7 +34,9 @@ class TiffSlide(Slide):
     def __init__(self, path: str | Path, *, mpp_um: float | None = None):
         super().__init__(Path(path))
         try:
-            self._tif = tifffile.TiffFile(self.path)
+            # tifffile switches to NDPI's 64-bit offsets by the ".ndpi" suffix alone; NDPI goes to OpenSlide, so
+            # any file that reaches this reader is parsed as the plain TIFF its content says it is.
+            self._tif = tifffile.TiffFile(self.path, is_ndpi=False)
         except (tifffile.TiffFileError, ValueError, OSError, struct.error, IndexError) as exc:
             raise fail(self.path, f"damaged TIFF structure ({one_line(exc)})") from None
         try:
@@ -429,8 +431,9 @@ def _tiff_format(tif: tifffile.TiffFile) -> str:
 
 def tiff_flavour(tif: tifffile.TiffFile) -> str | None:
     """The vendor flavour of a TIFF that OpenSlide, not this reader, must decode ("ndpi", "scn", ...), or None."""
+    first = tif.pages.first  # the page-level flags read the tags (content), not the file name
     for flag in OPENSLIDE_TIFF_FLAGS:
-        if getattr(tif, f"is_{flag}", False):
+        if getattr(first, f"is_{flag}", False):
             return flag
     return None
 
