@@ -45,13 +45,13 @@ class TiffSlide(Slide):
             self._check_complete()
             self._set_calibration(self._ome_mpp() or self._aperio_mpp() or self._resolution_mpp(), mpp_um)
             self._fd = os.open(self.path, os.O_RDONLY)
-            if self.levels[0].page.samplesperpixel == 1:
-                self.colour = classify(self._sample_raw())
-                if self.colour.lut is None:
-                    raise fail(self.path, f"{self.colour.kind}: the model needs stained RGB; found 1 sample per pixel "
-                                          f"on a bright background")
-            else:
-                self.colour = classify(self._sample_raw())
+            self._channels = 1 if self.levels[0].page.samplesperpixel == 1 else 3
+            self.colour = classify(self._sample_raw())
+            # The common case, decided once: 8-bit RGB used as stored, so aligned tiles decode straight to buffers.
+            self._as_stored = self.colour.lut is None and self._channels == 3
+            if self._channels == 1 and self.colour.lut is None:
+                raise fail(self.path, f"{self.colour.kind}: the model needs stained RGB; found 1 sample per pixel "
+                                      f"on a bright background")
         except Exception:
             self.close()
             raise
@@ -180,8 +180,11 @@ class TiffSlide(Slide):
         return um_per_unit / px, um_per_unit / py, f"TIFF X/YResolution ({name})"
 
     # -- pixels ------------------------------------------------------------------------------------------------
+    _channels = 3
+    _as_stored = False
+
     def _raw_channels(self) -> int:
-        return 1 if self.levels[0].page.samplesperpixel == 1 else 3
+        return self._channels
 
     def probe(self) -> None:
         """Decode one stored tile of level 0 with data, so a codec tifffile cannot handle fails at open."""
@@ -201,7 +204,7 @@ class TiffSlide(Slide):
         straight into it, with no copy. No colour conversion (read_region converts)."""
         page = level.page
         index = ty * level.tiles_across + tx
-        c = self._raw_channels()
+        c = self._channels
         offset, count = page.dataoffsets[index], page.databytecounts[index]
         if count == 0:
             if out is None:
@@ -243,8 +246,8 @@ class TiffSlide(Slide):
 
     def read_region(self, level: Level, x: int, y: int, w: int, h: int, out: np.ndarray | None = None) -> np.ndarray:
         tw, th = level.tile_width, level.tile_height
-        if (level.source is None and self.colour.lut is None and tw and x >= 0 and y >= 0 and x % tw == 0
-                and y % th == 0 and w == tw and h == th and self._raw_channels() == 3):
+        if (self._as_stored and w == tw and h == th and x >= 0 and y >= 0 and x % tw == 0 and y % th == 0
+                and level.source is None):
             # The common, aligned case: one decode, straight into the caller's buffer.
             if out is None:
                 out = np.empty((h, w, 3), np.uint8)
@@ -319,7 +322,16 @@ class TiffSlide(Slide):
 
     def read_decimated(self, level: Level, step: int) -> np.ndarray:
         """Every `step`-th pixel of `level` (centre-sampled), read tile by tile without assembling regions."""
-        if not level.tile_width or self.colour.lut is not None or self._raw_channels() != 3:
+        if not level.tile_width:
+            # Stripped: only the sampled rows are read (one pread per row when uncompressed), never the level.
+            step = max(int(step), 1)
+            w, h = -(-level.width // step), -(-level.height // step)
+            cols = np.minimum(np.arange(w) * step + step // 2, level.width - 1)
+            out = np.empty((h, w, 3), np.uint8)
+            for i, row in enumerate(np.minimum(np.arange(h) * step + step // 2, level.height - 1)):
+                out[i] = self.read_region(level, 0, int(row), level.width, 1)[0, cols]
+            return out
+        if self.colour.lut is not None or self._raw_channels() != 3:
             return super().read_decimated(level, step)
         step = max(int(step), 1)
         w, h = -(-level.width // step), -(-level.height // step)
