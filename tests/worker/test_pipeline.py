@@ -206,7 +206,11 @@ else:
     from worker.pipeline import process_slide
     m = load_model(None, torch.device("cpu"))
     process_slide(path, path.parent / "out", m, slide_id=path.stem.split(".")[0])
-print(json.dumps({"maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# Peak RSS of this process's own address space (VmHWM). Not ru_maxrss: Linux carries the forking parent's high-water
+# mark across exec into it, so a large pytest process would make every child look as large as itself.
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+peak_kb = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"maxrss_mb": peak_kb / 1024}))
 """
 
 
