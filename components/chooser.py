@@ -21,7 +21,7 @@ consumer 45 + 20 × 8 = 205 s.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .validation import ConfigError, Rule, validate
 
@@ -133,7 +133,8 @@ def choose_pattern(facts: WorkloadFacts) -> PatternChoice:
 
 def require_pattern(facts: WorkloadFacts, pattern: str) -> PatternChoice:
     """Raise ConfigError when `pattern` cannot carry this work (a ScaledJob for ordered/stateful work); else the
-    choice `choose_pattern` makes, for its estimates. A consumer can carry any work, only more slowly."""
+    requested pattern, with `choose_pattern`'s estimates (and its pick, in the reason, when it differs). A consumer
+    can carry any work, only more slowly."""
     if pattern not in PATTERNS:
         raise ConfigError("pattern", pattern, f"one of {', '.join(PATTERNS)}")
     choice = choose_pattern(facts)
@@ -144,6 +145,10 @@ def require_pattern(facts: WorkloadFacts, pattern: str) -> PatternChoice:
             raise ConfigError(f"WorkloadFacts.{fact}", getattr(facts, fact),
                               f"a ScaledJob cannot carry this work: {why} (GpuConsumer; {choice.jobs_s:,.0f} s as "
                               f"jobs vs {choice.consumer_s:,.0f} s as one consumer per burst)")
+    if choice.pattern != pattern:  # the config's word is final: build what it asks for, say what the model thinks
+        return replace(choice, pattern=pattern,
+                       reason=f"pattern {pattern!r} set in the config; the chooser would pick {choice.pattern}: "
+                              f"{choice.reason}")
     return choice
 
 

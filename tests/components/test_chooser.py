@@ -92,3 +92,12 @@ def test_behavioural_facts_have_no_defaults():
     # A forgotten 'ordered' must not silently default to parallel jobs.
     with pytest.raises(TypeError):
         WorkloadFacts(model_load_s=45, seconds_per_item=8, burst_items=20)  # type: ignore[call-arg]
+
+
+def test_a_pattern_set_in_the_config_is_what_is_built_even_when_the_chooser_would_pick_the_other():
+    f = facts(burst_items=200, max_replicas=8)  # independent work the chooser gives to a ScaledJob
+    assert choose_pattern(f).pattern == "scaledjob"
+    forced = require_pattern(f, "consumer")
+    assert forced.pattern == "consumer"
+    assert "set in the config" in forced.reason and "would pick scaledjob" in forced.reason
+    assert (forced.jobs_s, forced.consumer_s) == (choose_pattern(f).jobs_s, choose_pattern(f).consumer_s)
