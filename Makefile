@@ -4,7 +4,7 @@ VENV ?= .venv
 CHECKOV_VENV ?= .venv-checkov
 PY := $(VENV)/bin/python
 
-.PHONY: demo test synth check worker-demo bench clean
+.PHONY: demo test synth check charts worker-demo bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.txt worker/requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ synth: $(VENV)/.installed
 
 check: synth
 	$(PY) -m policies check out/plan.json
+
+## charts: fill the chart cache the synth renders from with the pinned charts (online); CHARTS=DIR picks the cache
+charts: $(VENV)/.installed
+	$(PY) -m components charts pull $(if $(CHARTS),--charts $(CHARTS))
 
 bench: $(VENV)/.installed
 	$(PY) -m worker bench --quick

@@ -1,4 +1,4 @@
-"""Command line of the components package: `synth` (offline plan) and `verify` (post-upgrade live checks)."""
+"""Command line of the components: `synth` (offline plan), `charts pull` (chart cache), `verify` (live checks)."""
 from __future__ import annotations
 
 import argparse
@@ -6,25 +6,60 @@ import sys
 from pathlib import Path
 
 
+CHARTS_HELP = ("chart cache folder of <chart>-<version>.tgz archives (default: $GPUBURST_CHARTS, else ../shared/charts "
+               "beside the project when present, else $XDG_CACHE_HOME/gpuburst/charts or ~/.cache/gpuburst/charts)")
+
+
 def _synth(argv: list[str]) -> int:
-    from .synth import SynthError, summary, synth
+    from .offline.synth import SynthError, checkov_charts, summary, synth
     from .validation import ConfigError
 
     parser = argparse.ArgumentParser(
         prog="python -m components synth",
         description="Run the stack's Pulumi program offline under recording mocks and write the plan: "
-                    "OUT/plan.json (every registration, sorted by URN) and OUT/manifests/*.yaml.")
+                    "OUT/plan.json (every registration, sorted by URN, with each Helm chart's rendered objects as "
+                    "its children) and OUT/manifests/*.yaml (the charts' objects under OUT/manifests/<chart>/).")
     parser.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml to read (default: dev)")
     parser.add_argument("--out", default="out", type=Path, help="output folder (default: out)")
     parser.add_argument("--stack-file", type=Path, default=None,
                         help="read the config from this YAML file instead of Pulumi.<stack>.yaml")
+    parser.add_argument("--charts", type=Path, default=None, help=CHARTS_HELP)
     args = parser.parse_args(argv)
     try:
-        result = synth(args.stack, args.out, stack_file=args.stack_file)
+        result = synth(args.stack, args.out, stack_file=args.stack_file, charts=args.charts)
     except (SynthError, ConfigError) as e:
         print(f"synth: {e}", file=sys.stderr)
         return 2
+    for entry in result.plan.get("shallow") or []:
+        print(f"synth: chart {entry['chart']} {entry['version']} not rendered: {entry['reason']}; the plan is "
+              f"shallow (fill the cache with `python -m components charts pull`)", file=sys.stderr)
+    checkov_charts(result)
     print(summary(result))
+    return 0
+
+
+def _charts(argv: list[str]) -> int:
+    from .offline.charts import PULL_TIMEOUT_S, ChartError, pull, pull_destination
+
+    parser = argparse.ArgumentParser(
+        prog="python -m components charts",
+        description="`pull`: download every chart of components/catalogue.py CHARTS, at its pinned version, from its "
+                    "repository into the chart cache the synth renders from (needs the network).")
+    parser.add_argument("action", choices=["pull"])
+    parser.add_argument("--charts", type=Path, default=None,
+                        help="chart cache to fill (default: $GPUBURST_CHARTS, else $XDG_CACHE_HOME/gpuburst/charts or "
+                             "~/.cache/gpuburst/charts; never ../shared/charts, which the synth reads before it)")
+    parser.add_argument("--timeout", type=float, default=PULL_TIMEOUT_S,
+                        help=f"seconds to wait for each chart (default: {PULL_TIMEOUT_S:g})")
+    args = parser.parse_args(argv)
+    cache, source = pull_destination(args.charts)
+    try:
+        for line in pull(cache, timeout_s=args.timeout):
+            print(line)
+    except (ChartError, OSError) as e:
+        print(f"charts pull: {e}", file=sys.stderr)
+        return 2
+    print(f"chart cache: {cache} ({source})")
     return 0
 
 
@@ -34,14 +69,15 @@ def _verify(argv: list[str]) -> int:
     return main(argv)
 
 
-COMMANDS = {"synth": _synth, "verify": _verify}
+COMMANDS = {"synth": _synth, "charts": _charts, "verify": _verify}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: python -m components {synth,verify} [options]\n\n"
+        print("usage: python -m components {synth,charts,verify} [options]\n\n"
               "  synth   render the whole stack offline under Pulumi mocks (out/plan.json, out/manifests/)\n"
+              "  charts  `charts pull`: fill the chart cache with the pinned Helm charts (online)\n"
               "  verify  post-upgrade checks against the live cluster and AWS (exit 1 on any failure)\n\n"
               "Run `python -m components COMMAND --help` for a command's options.",
               file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import catalogue
+from .chooser import WorkloadFacts, choose_pattern, parallel_blocker
 from .validation import ConfigError, Rule, is_int_between, validate
 
 NAMESPACE = "gpuburst"
@@ -51,6 +52,20 @@ class WorkloadConfig:
     """Force `scaledjob` or `consumer`; None lets the chooser decide. A ScaledJob for ordered or stateful work is
     refused. Default: None."""
 
+    def facts(self) -> WorkloadFacts:
+        """The chooser's facts for this workload."""
+        return WorkloadFacts(items_independent=self.items_independent, state_across_messages=self.stateful,
+                             ordered=self.ordered, model_load_s=self.model_load_s,
+                             seconds_per_item=self.seconds_per_item, burst_items=self.burst_items,
+                             max_replicas=self.max_replicas)
+
+    @property
+    def runs_as_consumer(self) -> bool:
+        """True when the workload runs as the persistent consumer (forced, required by its facts, or chosen)."""
+        if self.pattern == "consumer" or parallel_blocker(self.facts()) is not None:
+            return True
+        return self.pattern is None and choose_pattern(self.facts()).pattern == "consumer"
+
 
 def _default_workloads() -> tuple[WorkloadConfig, ...]:
     return (
@@ -78,9 +93,13 @@ class StackConfig:
     keda_identity_owner: str | None = None
     """`podIdentity.identityOwner` (keda|workload) instead of a roleArn. Default: None (use a roleArn)."""
     gpu_instance_types: tuple[str, ...] = ("g4dn.xlarge", "g4dn.2xlarge", "g5.xlarge", "g5.2xlarge")
-    """Instance types the GPU NodePool may launch: a family of sizes, never one type. Default: g4dn/g5 xlarge+2xlarge."""
+    """Instance types the GPU NodePool may launch, each in `catalogue.INSTANCE_TYPES`: a family of sizes, never one
+    type. Default: g4dn/g5 xlarge+2xlarge."""
     gpu_capacity_types: tuple[str, ...] = ("spot", "on-demand")
-    """Karpenter capacity types for GPU nodes. Default: spot, then on-demand."""
+    """Karpenter capacity types the GPU NodePool may buy. Their order means nothing: with spot allowed Karpenter
+    always prefers spot and falls back to on-demand when spot is short. Persistent consumers (ordered/stateful work)
+    always select on-demand nodes themselves (`nodepool.ON_DEMAND_NODE_SELECTOR`), so the list must include on-demand
+    when a workload runs as a consumer. Default: spot and on-demand."""
     gpu_limit: int = 8
     """Most GPUs the NodePool may hold at once (a burst never buys unbounded GPUs). Default: 8."""
     ami_alias: str = "al2023@latest"
@@ -171,7 +190,7 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
              "a NodePool pinned to one type stalls the day that type runs out"),
         Rule("gpuCapacityTypes", lambda v: _str_list(v) and len(v) >= 1 and set(v) <= {"spot", "on-demand",
                                                                                           "reserved"},
-             "a non-empty list of spot, on-demand, reserved"),
+             "a non-empty list of spot, on-demand, reserved (order is ignored: Karpenter prefers spot when allowed)"),
         Rule("gpuLimit", is_int_between(1, 1000), "an integer from 1 to 1000 (GPUs the NodePool may hold)"),
         Rule("amiAlias", lambda v: isinstance(v, str) and bool(_ALIAS.match(v)),
              "al2023@latest or a pinned al2023@vYYYYMMDD (AL2 and other families are refused)"),
@@ -239,6 +258,10 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
             values[key] = str(raw_value)
     values.setdefault("environment", stack)
     validate(values, _rules(values), prefix)
+    for instance in values.get("gpuInstanceTypes", ()):
+        expectation = catalogue.instance_type_expectation(instance)
+        if expectation is not None:
+            raise ConfigError(prefix + "gpuInstanceTypes", instance, expectation)
     if "alarmEmails" not in values:
         raise ConfigError(prefix + "alarmEmails", None, "required: a non-empty list of e-mail addresses "
                                                         "(the alarms are how silent failures reach a person)")
@@ -256,6 +279,11 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
     if region:
         kwargs["region"] = _decode(region)
     cfg = StackConfig(**kwargs)
+    consumers = [w.name for w in cfg.workloads if w.runs_as_consumer]
+    if consumers and "on-demand" not in cfg.gpu_capacity_types:
+        raise ConfigError(prefix + "gpuCapacityTypes", list(cfg.gpu_capacity_types),
+                          f"a list including on-demand: workload {consumers[0]} runs as the persistent consumer, "
+                          "which selects on-demand nodes only (a spot interruption would drop its per-study state)")
     problems = catalogue.combination_problems(kubernetes=cfg.kubernetes_version, karpenter=cfg.karpenter_version,
                                               keda=cfg.keda_version)
     if problems:

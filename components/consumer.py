@@ -11,6 +11,13 @@ Why no PodDisruptionBudget by default: a budget that keeps one replica of one av
 disruptions (consolidation, drift) away and a drain costs nothing: on SIGTERM the worker finishes or releases its
 slide, and the message is processed again by the next pod. `disruption_budget=True` adds one for those who want
 drains to wait.
+
+Why on-demand nodes: the order of a NodePool's `karpenter.sh/capacity-type` values means nothing to Karpenter, which
+prefers spot whenever spot is allowed. A spot reclaim gives two minutes' warning and takes the consumer's loaded model
+and per-study state with it, and a pod that lives for days is the one most likely to meet one; so the consumer's pod
+selects `karpenter.sh/capacity-type: on-demand` itself (Karpenter then launches an on-demand node of the same pool),
+while the ScaledJobs' short, restartable Jobs keep the spot price. The pool must allow on-demand (the stack config
+checks that).
 """
 from __future__ import annotations
 
@@ -21,9 +28,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .chooser import WorkloadFacts, fact_annotations
+from .nodepool import CAPACITY_TYPE_LABEL, CAPACITY_TYPES
 from .pod import (WORKER_LABEL, WorkerAccessArgs, WorkerPodSettings, declare_worker_identity,
                   hardened_pod_template,
                   worker_network_policy)
+from .validation import ConfigError
+
+DEFAULT_CAPACITY_TYPE = "on-demand"
+"""Capacity type of the node the consumer's pod selects (see the module docstring)."""
 
 def consumer_labels(name: str) -> dict[str, str]:
     """Labels of the consumer's objects (the Deployment's selector uses them, so they never change)."""
@@ -55,15 +67,24 @@ def liveness_probes(visibility_timeout_s: int) -> dict[str, Any]:
 
 def consumer_deployment_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[str],
                                  service_account_name: str, pod: WorkerPodSettings,
-                                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
+                                 annotations: dict[str, str] | None = None,
+                                 capacity_type: str | None = DEFAULT_CAPACITY_TYPE) -> dict[str, Any]:
     """The apps/v1 Deployment (plain dict; queue URL and image may be Outputs): one replica, Recreate.
 
-    `annotations` (e.g. `chooser.fact_annotations(facts)`) go on the Deployment's metadata."""
+    `annotations` (e.g. `chooser.fact_annotations(facts)`) go on the Deployment's metadata. `capacity_type` goes in
+    the pod's nodeSelector as `karpenter.sh/capacity-type` (default on-demand); None leaves the choice to the
+    NodePool (spot whenever it allows spot)."""
+    if capacity_type is not None and capacity_type not in CAPACITY_TYPES:
+        raise ConfigError("GpuConsumerArgs.capacity_type", capacity_type,
+                          f"one of {', '.join(CAPACITY_TYPES)}, or None to let the NodePool choose (spot first)")
     labels = consumer_labels(name)
     command = ["python", "-m", "worker", "consume", "--mode", "service", "--queue-url", queue_url]
     template = hardened_pod_template(pod, command=command, queue_url=queue_url,
                                      service_account_name=service_account_name, restart_policy="Always",
                                      labels=labels)
+    if capacity_type is not None:
+        template["spec"]["nodeSelector"] = {**template["spec"].get("nodeSelector", {}),
+                                            CAPACITY_TYPE_LABEL: capacity_type}
     container = template["spec"]["containers"][0]
     container["env"] = [*container.get("env", []), {"name": "LIVENESS_FILE", "value": LIVENESS_FILE}]
     container.update(liveness_probes(pod.visibility_timeout_s))
@@ -100,6 +121,9 @@ class GpuConsumerArgs(WorkerAccessArgs):
     facts: WorkloadFacts | None = None
     """The workload's declared facts, written as `gpuburst.io/ordered`/`stateful` annotations for the policy pack.
     Default None (no annotations)."""
+    capacity_type: str | None = DEFAULT_CAPACITY_TYPE
+    """Karpenter capacity type the consumer's node must have (pod nodeSelector `karpenter.sh/capacity-type`): the
+    NodePool must allow it. Default `on-demand` (see the module docstring); None lets the NodePool choose."""
 
 
 class GpuConsumer(pulumi.ComponentResource):
@@ -114,7 +138,8 @@ class GpuConsumer(pulumi.ComponentResource):
         self.service_account_name = f"{name}-worker"
         manifest = consumer_deployment_manifest(name=name, namespace=args.namespace, queue_url=args.queue_url,
                                                 service_account_name=self.service_account_name, pod=args.pod,
-                                                annotations=fact_annotations(args.facts) if args.facts else None)
+                                                annotations=fact_annotations(args.facts) if args.facts else None,
+                                                capacity_type=args.capacity_type)
         child = pulumi.ResourceOptions(parent=self)
         service_account, self.identity = declare_worker_identity(
             name, args, self.service_account_name, manifest["metadata"]["labels"], child)

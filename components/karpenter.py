@@ -19,9 +19,10 @@ from .validation import ConfigError, Rule, validate
 SERVICE_ACCOUNT = "karpenter"
 """Service account of the Karpenter controller (the Pod Identity association names it)."""
 
-NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly",
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly",
                          "AmazonSSMManagedInstanceCore")
-"""AWS-managed policies of the node role Karpenter passes to the GPU nodes (as in the upstream getting-started)."""
+"""AWS-managed policies of the node role Karpenter passes to the GPU nodes, as in the upstream v1.14.1 getting-started
+(ECR PullOnly, not ReadOnly: a node only pulls images; it never lists or describes repositories)."""
 
 INTERRUPTION_TARGET_ID = "KarpenterInterruptionQueueTarget"
 """EventBridge target id of the interruption queue on every rule (the upstream name)."""
@@ -38,8 +39,9 @@ first on the small system nodes."""
 def interruption_event_patterns() -> dict[str, dict]:
     """EventBridge patterns of the five event kinds Karpenter's interruption controller acts on, keyed by a short name.
 
-    The first four are the upstream getting-started CloudFormation rules; the capacity-reservation warning is the one
-    EC2 sends before reclaiming an instance from an interruptible capacity reservation (Karpenter >= 1.x ODCR support).
+    Exactly the upstream v1.14.1 getting-started CloudFormation rules (tests/components/test_iam_parity.py); the
+    capacity-reservation warning is the one EC2 sends before reclaiming an instance from an interruptible capacity
+    reservation.
     """
     return {
         "spot-interruption": {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]},
@@ -97,7 +99,10 @@ def node_trust_policy(dns_suffix: str = "amazonaws.com") -> dict:
 
 def controller_policy(cluster_name: str, region: str, account_id: str | None = None, *, node_role_arn: Any,
                       queue_arn: Any, partition: str = "aws") -> dict:
-    """The Karpenter controller's IAM policy, scoped as upstream scopes it (getting-started CloudFormation, v1).
+    """The Karpenter controller's IAM policy, scoped as upstream scopes it (getting-started CloudFormation, v1.14.1).
+
+    Every upstream statement but the opt-in zonal-shift one (tests/components/test_iam_parity.py lists the
+    differences and their reasons).
 
     Launches and tags only with the cluster's ownership tags, terminates and deletes only what carries them, passes only
     the node role to EC2 only, touches only instance profiles tagged for this cluster and region, reads only the AMI
@@ -115,7 +120,9 @@ def controller_policy(cluster_name: str, region: str, account_id: str | None = N
                 "Effect": "Allow",
                 "Resource": [f"arn:{p}:ec2:{r}::image/*", f"arn:{p}:ec2:{r}::snapshot/*",
                              f"arn:{p}:ec2:{r}:*:security-group/*", f"arn:{p}:ec2:{r}:*:subnet/*",
-                             f"arn:{p}:ec2:{r}:*:capacity-reservation/*"],
+                             f"arn:{p}:ec2:{r}:*:capacity-reservation/*",
+                             # Launching into the placement group an EC2NodeClass selects (as upstream v1.14.1).
+                             f"arn:{p}:ec2:{r}:*:placement-group/*"],
                 "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
             },
             {
@@ -169,10 +176,12 @@ def controller_policy(cluster_name: str, region: str, account_id: str | None = N
                 "Sid": "AllowRegionalReadActions",
                 "Effect": "Allow",
                 "Resource": "*",
+                # DescribeInstanceStatus: the instance-health controller (required since Karpenter 1.13);
+                # DescribePlacementGroups: resolving the EC2NodeClass's placement group selector.
                 "Action": ["ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstances",
-                           "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
-                           "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
-                           "ec2:DescribeSubnets"],
+                           "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings",
+                           "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates", "ec2:DescribePlacementGroups",
+                           "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"],
                 "Condition": {"StringEquals": {"aws:RequestedRegion": r}},
             },
             {

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .catalogue import instance_type_expectation
 from .nodeclass import NODECLASS_API_VERSION
 from .validation import ConfigError, Rule, validate
 
@@ -18,7 +19,17 @@ DEFAULT_GPU_INSTANCE_TYPES = ("g4dn.xlarge", "g4dn.2xlarge", "g5.xlarge", "g5.2x
 """Single-GPU NVIDIA x86-64 sizes across two families, so that spot shortage in one type does not stall the queue."""
 
 CAPACITY_TYPES = ("spot", "on-demand", "reserved")
-"""Values of the `karpenter.sh/capacity-type` requirement."""
+"""Values of the `karpenter.sh/capacity-type` requirement. Their ORDER means nothing to Karpenter: with both spot and
+on-demand allowed it always prefers spot (price-capacity-optimized) and falls back to on-demand only when spot is
+short. A workload that must not run on spot asks for it itself: `ON_DEMAND_NODE_SELECTOR`."""
+
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+"""Node label (and NodePool requirement key) carrying the capacity type Karpenter bought the node as."""
+
+ON_DEMAND_NODE_SELECTOR = {CAPACITY_TYPE_LABEL: "on-demand"}
+"""Pod nodeSelector that makes Karpenter launch (and the scheduler use) only on-demand nodes of a pool that allows
+both: Karpenter intersects the pod's requirements with the NodePool's, so the pod never lands on spot. The pool must
+allow on-demand, or the pod stays Pending."""
 
 GPU_PRESENT_LABEL = ("nvidia.com/gpu.present", "true")
 """Node label the NVIDIA device plugin's DaemonSet selects: without it the plugin schedules nowhere and
@@ -42,7 +53,6 @@ replaces a node that is still running work (drift, underuse); a drifted node is 
 
 _DURATION = re.compile(r"^([0-9]+(s|m|h))+$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_INSTANCE_TYPE = re.compile(r"^(g|gr|p)(\d+)([a-z0-9-]*)\.([0-9a-z]+)$")
 _QUANTITY = re.compile(r"^(\+)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE])?$")
 
 
@@ -50,11 +60,13 @@ def _is_int(lo: int, hi: int):
     return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
-def _nvidia_x86_type(t: Any) -> bool:
-    m = _INSTANCE_TYPE.match(t) if isinstance(t, str) else None
-    # g4ad carries AMD GPUs; a 'g' in the attributes (g5g) means Graviton, which the amd64 requirement rules out.
-    return bool(m) and not (m.group(1) == "g" and m.group(2) == "4" and m.group(3).startswith("ad")) \
-        and "g" not in m.group(3)
+def instance_type_error(field: str, types: Sequence[str]) -> ConfigError | None:
+    """The first of `types` not in `catalogue.INSTANCE_TYPES`, as a one-line error naming it, or None."""
+    for t in types:
+        expectation = instance_type_expectation(t)
+        if expectation is not None:
+            return ConfigError(field, t, expectation)
+    return None
 
 
 def _plain_list(v: Any) -> bool:
@@ -71,8 +83,6 @@ NODEPOOL_RULES = (
     Rule("instance_types", lambda v: len(set(v)) >= 2,
          "at least two instance types (a family of sizes, e.g. g5.xlarge and g5.2xlarge): the day a single type "
          "runs out of capacity, the scheduler is stuck and slides wait"),
-    Rule("instance_types", lambda v: all(_nvidia_x86_type(t) for t in v),
-         "NVIDIA GPU x86-64 instance types (families g*/gr*/p*, not g4ad (AMD) nor Graviton *g), e.g. g5.xlarge"),
     Rule("capacity_types", lambda v: _plain_list(v) and len(v) > 0 and set(v) <= set(CAPACITY_TYPES),
          "a non-empty list drawn from " + ", ".join(CAPACITY_TYPES)),
     Rule("gpu_limit", _is_int(1, 10_000), "an int number of GPUs between 1 and 10000 (the pool's spending cap)"),
@@ -115,6 +125,9 @@ def gpu_nodepool_manifest(name: str, *, nodeclass_name: str,
               "capacity_types": capacity_types, "gpu_limit": gpu_limit, "cpu_limit": cpu_limit,
               "consolidate_after": consolidate_after, "expire_after": expire_after,
               "termination_grace_period": termination_grace_period, "weight": weight}, NODEPOOL_RULES)
+    type_error = instance_type_error("instance_types", instance_types)
+    if type_error:
+        raise type_error
     _check_labels(labels)
     types = list(dict.fromkeys(instance_types))  # keep order, drop duplicates
     limits: dict[str, Any] = {"nvidia.com/gpu": gpu_limit}
@@ -166,9 +179,10 @@ class GpuNodePoolArgs:
     nodepool_name: str = "gpu"
     """metadata.name of the NodePool; also the value of the `gpuburst.io/pool` node label. Default `gpu`."""
     instance_types: Sequence[str] = DEFAULT_GPU_INSTANCE_TYPES
-    """At least two NVIDIA x86-64 instance types. Default g4dn/g5 xlarge and 2xlarge."""
+    """At least two instance types of `catalogue.INSTANCE_TYPES`. Default g4dn/g5 xlarge and 2xlarge."""
     capacity_types: Sequence[str] = ("spot", "on-demand")
-    """Capacity types Karpenter may buy. Default spot, then on-demand when spot is short."""
+    """Capacity types Karpenter may buy; their order is ignored (Karpenter prefers spot whenever spot is allowed).
+    Default spot and on-demand: spot, falling back to on-demand when spot is short."""
     cpu_limit: int | str | None = None
     """Most vCPUs the pool may hold, or None (default) for no CPU cap."""
     consolidate_after: str = "5m"

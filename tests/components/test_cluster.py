@@ -8,7 +8,7 @@ import pytest
 
 from components.catalogue import KUBERNETES_VERSION
 from components.cluster import Cluster, ClusterArgs
-from components.mocks import RealisticMocks, run_under_mocks
+from components.offline.mocks import RealisticMocks, run_under_mocks
 from components.validation import ConfigError
 
 NAME = "burst-dev"

@@ -119,3 +119,51 @@ def test_readme_documents_every_key():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     missing = [k for k in CONFIG_KEYS if f"`gpuburst:{k}`" not in readme]
     assert missing == []
+
+
+@pytest.mark.parametrize("bad,needle", [("m5.large", "in the catalogue"), ("g4ad.xlarge", "AMD"),
+                                        ("g7e.2xlarge", "595"), ("p3.2xlarge", "p3dn")])
+def test_an_instance_type_outside_the_catalogue_is_named(bad, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_config({**MINIMAL, "gpuburst:gpuInstanceTypes": json.dumps(["g5.xlarge", bad])})
+    text = one_line(e.value)
+    assert text.startswith(f"gpuburst:gpuInstanceTypes: {bad!r} is not valid: ") and needle in text
+
+
+def test_example_stacks_use_catalogued_types_only():
+    for stack in ("dev", "prod"):
+        cfg = parse_config(stack_file(stack), stack=stack)
+        assert all(catalogue.instance_type(t) for t in cfg.gpu_instance_types), stack
+
+
+def test_prod_does_not_claim_an_order_of_capacity_types():
+    text = (ROOT / "Pulumi.prod.yaml").read_text()
+    assert "on-demand before spot" not in text and "on-demand first" not in text
+    assert "order means nothing" in text
+
+
+def test_a_consumer_workload_needs_on_demand_in_the_pool():
+    # The default workloads include `studies` (ordered, stateful): its consumer selects on-demand nodes.
+    with pytest.raises(ConfigError) as e:
+        parse_config({**MINIMAL, "gpuburst:gpuCapacityTypes": json.dumps(["spot"])})
+    text = one_line(e.value)
+    assert text.startswith("gpuburst:gpuCapacityTypes: ['spot']") and "studies" in text and "on-demand" in text
+
+
+def test_spot_only_is_fine_when_every_workload_runs_as_jobs():
+    only_jobs = {"slides": {"itemsIndependent": True, "burstItems": 200}}
+    cfg = parse_config({**MINIMAL, "gpuburst:gpuCapacityTypes": json.dumps(["spot"]),
+                        "gpuburst:workloads": json.dumps(only_jobs)})
+    assert cfg.gpu_capacity_types == ("spot",) and not cfg.workloads[0].runs_as_consumer
+
+
+@pytest.mark.parametrize("facts,consumer", [
+    ({"ordered": True, "itemsIndependent": False}, True),
+    ({"stateful": True, "itemsIndependent": False}, True),
+    ({"itemsIndependent": True, "burstItems": 200}, False),
+    ({"itemsIndependent": True, "burstItems": 200, "pattern": "consumer"}, True),
+    ({"itemsIndependent": True, "burstItems": 2, "modelLoadS": 600, "maxReplicas": 1}, True),  # chooser's pick
+])
+def test_which_workloads_run_as_the_consumer(facts, consumer):
+    cfg = parse_config({**MINIMAL, "gpuburst:workloads": json.dumps({"w": facts})})
+    assert cfg.workloads[0].runs_as_consumer is consumer

@@ -10,7 +10,7 @@ import pytest
 
 from components.catalogue import KUBERNETES_VERSION
 from components.consumer import GpuConsumer, GpuConsumerArgs, consumer_deployment_manifest, disruption_budget_manifest
-from components.mocks import run_under_mocks
+from components.offline.mocks import run_under_mocks
 from components.pod import WorkerPodSettings
 from components.policy_documents import allow_wildcard_actions
 from components.validation import ConfigError
@@ -144,3 +144,26 @@ def test_liveness_probe_reads_the_workers_liveness_file():
     # The file lives on a writable volume (the root filesystem is read-only).
     mounts = [vm["mountPath"] for vm in c["volumeMounts"]]
     assert any(LIVENESS_FILE.startswith(mp.rstrip("/") + "/") for mp in mounts), mounts
+
+
+def _pure(**kw):
+    return consumer_deployment_manifest(name="c", namespace="gpuburst", queue_url=QUEUE_URL,
+                                        service_account_name="c-w", pod=WorkerPodSettings(image=IMAGE), **kw)
+
+
+def test_the_consumer_selects_on_demand_nodes_by_default(dep):
+    # Karpenter prefers spot whenever the pool allows it, whatever the order; the consumer asks for on-demand itself.
+    selector = dep["spec"]["template"]["spec"]["nodeSelector"]
+    assert selector["karpenter.sh/capacity-type"] == "on-demand"
+    assert selector["nvidia.com/gpu.present"] == "true"
+
+
+def test_capacity_type_none_leaves_the_choice_to_the_pool_and_bad_values_are_refused():
+    selector = _pure(capacity_type=None)["spec"]["template"]["spec"]["nodeSelector"]
+    assert "karpenter.sh/capacity-type" not in selector and selector["nvidia.com/gpu.present"] == "true"
+    assert _pure(capacity_type="reserved")["spec"]["template"]["spec"]["nodeSelector"][
+        "karpenter.sh/capacity-type"] == "reserved"
+    kubernetes_validate.validate(_pure(), KUBERNETES_VERSION, strict=True)
+    with pytest.raises(ConfigError) as e:
+        _pure(capacity_type="preemptible")
+    assert str(e.value).startswith("GpuConsumerArgs.capacity_type: 'preemptible'") and "\n" not in str(e.value)

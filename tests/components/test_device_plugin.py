@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from components.catalogue import CHARTS
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, device_plugin_values
-from components.mocks import run_under_mocks
+from components.offline.mocks import run_under_mocks
 from components.validation import ConfigError
 
 import pytest

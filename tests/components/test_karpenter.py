@@ -11,7 +11,7 @@ from components.cluster import Cluster, ClusterArgs
 from components.device_plugin import NvidiaDevicePlugin
 from components.karpenter import (INTERRUPTION_TARGET_ID, Karpenter, KarpenterArgs, controller_policy,
                                   interruption_event_patterns, interruption_queue_policy, karpenter_values)
-from components.mocks import FAKE_ACCOUNT, UNKNOWN, run_under_mocks
+from components.offline.mocks import FAKE_ACCOUNT, UNKNOWN, run_under_mocks
 from components.nodeclass import Ec2NodeClass, Ec2NodeClassArgs
 from components.nodepool import GpuNodePool, GpuNodePoolArgs
 from components.validation import ConfigError
@@ -209,7 +209,7 @@ def test_node_role_policies_and_access_entry(karpenter):
     attached = {r.properties["policyArn"] for r in karpenter.monitor.by_type(
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment") if node.urn in r.dependencies}
     assert attached == {f"arn:aws:iam::aws:policy/{p}" for p in (
-        "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly",
+        "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly",
         "AmazonSSMManagedInstanceCore")}
     [entry] = karpenter.monitor.by_type("aws:eks/accessEntry:AccessEntry")
     assert entry.properties == {"clusterName": CLUSTER, "principalArn": NODE_ROLE_ARN, "type": "EC2_LINUX"}

@@ -11,7 +11,7 @@ import pytest
 from components import catalogue
 from components.keda import (OPERATOR_SERVICE_ACCOUNT, Keda, KedaArgs, KedaScalerAuth, KedaScalerAuthArgs,
                              TriggerAuthSpec, operator_assume_policy, trigger_authentication_manifest)
-from components.mocks import run_under_mocks
+from components.offline.mocks import run_under_mocks
 from components.policy_documents import allow_wildcard_actions
 from components.validation import ConfigError
 from tests.components.crd_oracle import validate_against_crd

@@ -7,7 +7,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.mocks import run_under_mocks
+from components.offline.mocks import run_under_mocks
 from components.nodeclass import (DISCOVERY_TAG, Ec2NodeClass, Ec2NodeClassArgs,
                                   ec2_nodeclass_manifest)
 from components.validation import ConfigError

@@ -8,7 +8,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components.device_plugin import device_plugin_values
-from components.mocks import UNKNOWN, run_under_mocks
+from components.offline.mocks import UNKNOWN, run_under_mocks
 from components.nodepool import (DEFAULT_GPU_INSTANCE_TYPES, GPU_TOLERATION, GpuNodePool,
                                  GpuNodePoolArgs, gpu_nodepool_manifest)
 from components.validation import ConfigError
@@ -154,3 +154,35 @@ def test_resource_under_mocks_is_plain_and_depends_on_the_crd_chart():
     assert cr.parent == component.urn and chart.urn in cr.dependencies
     assert cr.properties["spec"] == manifest(gpu_limit=4)["spec"]
     assert UNKNOWN not in repr(cr.properties)
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ("m5.large", "an NVIDIA x86-64 GPU instance type in the catalogue"),
+    ("g5.3xlarge", "in the catalogue"),  # a size that does not exist
+    ("g4ad.xlarge", "AMD"),
+    ("g5g.xlarge", "arm64"),
+    ("g6f.large", "fractional"),
+    ("g7e.2xlarge", "595"),
+])
+def test_an_instance_type_outside_the_catalogue_is_named_in_one_line(bad, needle):
+    with pytest.raises(ConfigError) as e:
+        manifest(instance_types=["g5.xlarge", bad])
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"instance_types: {bad!r} is not valid: ") and needle in msg
+    assert e.value.value == bad
+
+
+def test_every_catalogued_type_is_accepted():
+    from components.catalogue import INSTANCE_TYPES
+    m = manifest(instance_types=list(INSTANCE_TYPES))
+    assert requirement(m, "node.kubernetes.io/instance-type")["values"] == list(INSTANCE_TYPES)
+
+
+def test_capacity_types_are_written_as_given_and_on_demand_selector_matches_the_requirement():
+    from components.nodepool import CAPACITY_TYPE_LABEL, ON_DEMAND_NODE_SELECTOR
+    m = manifest(capacity_types=["spot", "on-demand"])
+    req = requirement(m, CAPACITY_TYPE_LABEL)
+    assert req["values"] == ["spot", "on-demand"]
+    # A pod selecting on-demand only must still fit the pool (else it is Pending for ever).
+    assert ON_DEMAND_NODE_SELECTOR == {CAPACITY_TYPE_LABEL: "on-demand"}
+    assert ON_DEMAND_NODE_SELECTOR[CAPACITY_TYPE_LABEL] in req["values"]

@@ -82,7 +82,7 @@ def test_readme_import_example_runs_under_mocks():
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     code = (
         "import json\n"
-        "from components.mocks import run_under_mocks\n"
+        "from components.offline.mocks import run_under_mocks\n"
         f"snippet = {snippet!r}\n"
         "res = run_under_mocks(lambda: exec(snippet, {}))\n"
         "print(json.dumps(res.outputs))\n"

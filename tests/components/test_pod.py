@@ -8,7 +8,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components.catalogue import KUBERNETES_VERSION
-from components.mocks import run_under_mocks
+from components.offline.mocks import run_under_mocks
 from components.policy_documents import allow_wildcard_actions
 from components.pod import (WorkerPodSettings, hardened_pod_spec, hardened_pod_template, image_digest_problem,
                             worker_network_policy,

@@ -8,7 +8,7 @@ import pulumi_aws as aws
 import pytest
 
 from components import policy_documents as pd
-from components.mocks import run_under_mocks
+from components.offline.mocks import run_under_mocks
 from components.validation import ConfigError
 
 QUEUE = "arn:aws:sqs:us-east-1:123456789012:slides"

@@ -8,7 +8,7 @@ import pulumi
 import pytest
 
 from components import queue as q
-from components.mocks import FAKE_ACCOUNT, run_under_mocks
+from components.offline.mocks import FAKE_ACCOUNT, run_under_mocks
 from components.queue import WorkQueue, WorkQueueArgs
 from components.validation import ConfigError
 

@@ -12,7 +12,7 @@ import pytest
 from components import catalogue
 from components.chooser import WorkloadFacts
 from components.keda import Keda, KedaArgs
-from components.mocks import run_under_mocks
+from components.offline.mocks import run_under_mocks
 from components.pod import WorkerPodSettings
 from components.policy_documents import allow_wildcard_actions
 from components.scaledjob import GpuScaledJob, GpuScaledJobArgs, ScaledJobSettings, scaled_job_manifest

@@ -9,7 +9,7 @@ import pulumi
 import pytest
 
 from components import storage as st
-from components.mocks import run_under_mocks
+from components.offline.mocks import run_under_mocks
 from components.storage import SlideStorage, SlideStorageArgs
 from components.validation import ConfigError
 

@@ -6,10 +6,15 @@ import pytest
 import yaml
 
 from components import catalogue
+from components.offline.charts import CHART_TYPE, SHARED_CHARTS
 
 from tests.components.conftest import run_synth
 
 ROOT = Path(__file__).resolve().parents[2]
+
+needs_charts = pytest.mark.skipif(not SHARED_CHARTS.is_dir(), reason=f"the pinned chart archives are not at "
+                                  f"{SHARED_CHARTS} (../shared/charts is absent): the dev plan cannot hold the charts' "
+                                  f"objects")
 
 
 def of_type(plan, t):
@@ -76,6 +81,74 @@ def test_charts_pinned(dev):
         assert found.get(name) == catalogue.CHARTS[name].version, (name, found)
 
 
+def rendered(plan, chart, type_):
+    """(namespace, name) of the objects of `type_` rendered from the Chart registration of `chart`."""
+    charts = {c["urn"] for c in of_type(plan, CHART_TYPE) if str(c["properties"]["chart"]).split("/")[-1] == chart}
+    assert len(charts) == 1, (chart, charts)
+    return sorted(((r["properties"]["metadata"].get("namespace") or "", r["properties"]["metadata"]["name"])
+                   for r in of_type(plan, type_) if r["parent"] in charts))
+
+
+@needs_charts
+def test_the_charts_objects_are_in_the_plan_under_their_charts(dev):
+    plan = dev["plan"]
+    assert plan["shallow"] == []
+    assert rendered(plan, "karpenter", "kubernetes:apps/v1:Deployment") == [("kube-system", "karpenter")]
+    assert rendered(plan, "karpenter", "kubernetes:core/v1:ServiceAccount") == [("kube-system", "karpenter")]
+    keda_deployments = rendered(plan, "keda", "kubernetes:apps/v1:Deployment")
+    assert ("keda", "keda-operator") in keda_deployments
+    assert ("keda", "keda-operator") in rendered(plan, "keda", "kubernetes:core/v1:ServiceAccount")
+    assert rendered(plan, "nvidia-device-plugin", "kubernetes:apps/v1:DaemonSet")[0] == (
+        "nvidia-device-plugin", "nvidia-device-plugin")
+
+
+@needs_charts
+def test_the_service_accounts_the_pod_identities_name_are_the_ones_the_charts_render(dev):
+    plan = dev["plan"]
+    accounts = {(r["properties"]["metadata"]["namespace"], r["properties"]["metadata"]["name"])
+                for r in of_type(plan, "kubernetes:core/v1:ServiceAccount") if r.get("source")}
+    for assoc in of_type(plan, "aws:eks/podIdentityAssociation:PodIdentityAssociation"):
+        props = assoc["properties"]
+        if props["namespace"] in ("kube-system", "keda"):
+            assert (props["namespace"], props["serviceAccount"]) in accounts, (assoc["urn"], sorted(accounts))
+    runs_as = {(d["properties"]["metadata"]["namespace"], d["properties"]["metadata"]["name"]):
+               d["properties"]["spec"]["template"]["spec"].get("serviceAccountName")
+               for d in of_type(plan, "kubernetes:apps/v1:Deployment") if d.get("source")}
+    assert runs_as[("kube-system", "karpenter")] == "karpenter"
+    assert runs_as[("keda", "keda-operator")] == "keda-operator"
+
+
+@needs_charts
+def test_rendered_children_are_named_and_typed_as_the_engine_does(dev):
+    plan = dev["plan"]
+    keda = next(c for c in of_type(plan, CHART_TYPE) if c["properties"]["chart"] == "keda")
+    op = next(r for r in of_type(plan, "kubernetes:apps/v1:Deployment")
+              if r["parent"] == keda["urn"] and r["properties"]["metadata"]["name"] == "keda-operator")
+    assert op["name"] == f"{keda['name']}:keda/keda-operator"
+    chain = keda["urn"].split("::")[2]
+    assert op["urn"] == f"urn:pulumi:dev::gpuburst::{chain}$kubernetes:apps/v1:Deployment::{op['name']}"
+    crd = next(r for r in of_type(plan, "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+               if r["properties"]["metadata"]["name"] == "nodepools.karpenter.sh")
+    assert crd["name"].endswith("-karpenter-crd:nodepools.karpenter.sh")
+    assert "namespace" not in crd["properties"]["metadata"]
+    assert any(r["type"] == "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole" for r in plan["resources"]
+               if r.get("source"))
+
+
+@needs_charts
+def test_karpenter_chart_honours_skip_crds(dev):
+    plan = dev["plan"]
+    assert rendered(plan, "karpenter", "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition") == []
+    crds = rendered(plan, "karpenter-crd", "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+    assert ("", "nodepools.karpenter.sh") in crds and ("", "ec2nodeclasses.karpenter.k8s.aws") in crds
+
+
+@needs_charts
+def test_summary_gives_the_render_figures(dev):
+    line = next(ln for ln in dev["stdout"].splitlines() if "rendered 4 charts" in ln)
+    assert "objects) in" in line and "synth total" in line
+
+
 def test_image_and_registry(dev):
     assert of_type(dev["plan"], "aws:ecr/repository:Repository")
     images = of_type(dev["plan"], "docker-build:index:Image")
@@ -102,8 +175,11 @@ def test_every_child_is_parented_to_a_component(dev):
 
 
 def test_nothing_renders_as_none(dev):
-    text = (dev["out"] / "plan.json").read_text()
+    # The stack's own registrations: a chart may say "None" itself (a webhook's `sideEffects: None`).
+    own = {**dev["plan"], "resources": [r for r in dev["plan"]["resources"] if not r.get("source")]}
+    text = json.dumps(own, indent=2)
     assert "None:" not in text and "\"None\"" not in text and "<unknown" not in text
+    assert "<unknown" not in (dev["out"] / "plan.json").read_text()
     for key, value in dev["plan"]["outputs"].items():
         assert value not in (None, "", [], {}), key
 
@@ -112,6 +188,15 @@ def test_manifests_written(dev):
     files = sorted((dev["out"] / "manifests").glob("*.yaml"))
     kinds = {yaml.safe_load(f.read_text())["kind"] for f in files}
     assert {"NodePool", "EC2NodeClass", "TriggerAuthentication", "ScaledJob", "Deployment"} <= kinds
+    assert not any("CustomResourceDefinition" == k for k in kinds), "a chart's object among the stack's own manifests"
+
+
+@needs_charts
+def test_chart_manifests_written_per_chart(dev):
+    folders = sorted(p.name for p in (dev["out"] / "manifests").iterdir() if p.is_dir())
+    assert folders == ["karpenter", "karpenter-crd", "keda", "nvidia-device-plugin"]
+    deployment = yaml.safe_load((dev["out"] / "manifests" / "keda" / "deployment-keda-keda-operator.yaml").read_text())
+    assert deployment["metadata"]["namespace"] == "keda"
 
 
 def write_stack(tmp_path, config):

@@ -37,6 +37,7 @@ T_RELEASE = "kubernetes:helm.sh/v3:Release"
 T_EKS = "eks:index:Cluster"
 T_AWS_EKS = "aws:eks/cluster:Cluster"
 T_QUEUE = "aws:sqs/queue:Queue"
+T_ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
 
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:slides-dlq"
 ROLE_ARN = "arn:aws:iam::123456789012:role/keda-slides"
@@ -118,7 +119,8 @@ def scaled_job() -> dict:
         "metadata": {"name": "slides", "namespace": "gpu",
                      "annotations": {"gpuburst.io/ordered": "false", "gpuburst.io/stateful": "false"}},
         "spec": {
-            "jobTargetRef": {"template": {"spec": gpu_pod_spec()}, "backoffLimit": 0},
+            "jobTargetRef": {"template": {"spec": {**gpu_pod_spec(), "serviceAccountName": "slides-worker"}},
+                             "backoffLimit": 0},
             "maxReplicaCount": 4,
             "rollout": {"strategy": "gradual"},
             "triggers": [{
@@ -135,6 +137,7 @@ def consumer_deployment() -> dict:
     """A compliant GPU consumer Deployment (ordered, stateful work)."""
     spec = gpu_pod_spec()
     spec["restartPolicy"] = "Always"
+    spec["serviceAccountName"] = "studies-worker"
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "studies", "namespace": "gpu",
@@ -194,17 +197,82 @@ def compliant_resources() -> list[tuple[str, str, dict]]:
         (T_TA, "slides-sqs", trigger_auth()),
         (T_SCALEDJOB, "slides", scaled_job()),
         (T_DEPLOYMENT, "studies", consumer_deployment()),
+    ] + wired_resources()
+
+
+OPERATOR_ROLE_ARN = "arn:aws:iam::123456789012:role/keda-operator"
+
+
+def urn(rtype: str, name: str, stack: str = "dev") -> str:
+    """The URN the harness gives a plan resource that has none."""
+    return f"urn:pulumi:{stack}::gpuburst::{rtype}::{name}"
+
+
+def wired_resources() -> list[tuple]:
+    """What the wiring rules resolve the compliant stack's references to: ServiceAccounts, Pod Identity associations,
+    the KEDA scaler role (trusting the operator's role), the system node group, and the charts' rendered objects
+    (4-tuples: the last item is the parent Chart's URN)."""
+    def sa(ns, name):
+        return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}}
+
+    def assoc(ns, name, role):
+        return {"clusterName": "gpuburst-dev", "namespace": ns, "serviceAccount": name, "roleArn": role}
+
+    def deployment(ns, name, spec):
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+                "spec": {"template": {"spec": spec}}}
+
+    system = {"gpuburst.io/pool": "system"}
+    karpenter_pod = {"serviceAccountName": "karpenter", "nodeSelector": dict(system), "containers": [
+        {"name": "controller", "image": "public.ecr.aws/karpenter/controller:1"}], "affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]}]}}}}
+    keda_pod = {"serviceAccountName": "keda-operator", "nodeSelector": dict(system),
+                "containers": [{"name": "keda-operator", "image": "ghcr.io/kedacore/keda:2"}]}
+    plugin_pod = {"nodeSelector": {"nvidia.com/gpu.present": "true"},
+                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                  "containers": [{"name": "nvidia-device-plugin-ctr", "command": ["nvidia-device-plugin"],
+                                  "image": "nvcr.io/nvidia/k8s-device-plugin:v0"}]}
+    trust = ('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "%s"}, '
+             '"Action": ["sts:AssumeRole", "sts:TagSession"]}]}' % OPERATOR_ROLE_ARN)
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "nodepools.karpenter.sh"}}
+    return [
+        ("kubernetes:core/v1:ServiceAccount", "slides-worker", sa("gpu", "slides-worker")),
+        ("kubernetes:core/v1:ServiceAccount", "studies-worker", sa("gpu", "studies-worker")),
+        (T_ASSOCIATION, "slides-worker", assoc("gpu", "slides-worker", "arn:aws:iam::123456789012:role/slides")),
+        (T_ASSOCIATION, "studies-worker", assoc("gpu", "studies-worker", "arn:aws:iam::123456789012:role/studies")),
+        (T_ASSOCIATION, "karpenter", assoc("kube-system", "karpenter", "arn:aws:iam::123456789012:role/karpenter")),
+        (T_ASSOCIATION, "keda-operator", assoc("keda", "keda-operator", OPERATOR_ROLE_ARN)),
+        ("aws:iam/role:Role", "keda-slides", {"assumeRolePolicy": trust}),
+        ("aws:eks/nodeGroup:NodeGroup", "system", {"labels": dict(system), "instanceTypes": ["m6i.large"]}),
+        ("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition", "karpenter-crd:nodepools", crd,
+         urn(T_CHART, "karpenter-crd")),
+        (T_DEPLOYMENT, "karpenter:kube-system/karpenter", deployment("kube-system", "karpenter", karpenter_pod),
+         urn(T_CHART, "karpenter")),
+        ("kubernetes:core/v1:ServiceAccount", "karpenter:kube-system/karpenter", sa("kube-system", "karpenter"),
+         urn(T_CHART, "karpenter")),
+        (T_DEPLOYMENT, "keda:keda/keda-operator", deployment("keda", "keda-operator", keda_pod), urn(T_CHART, "keda")),
+        ("kubernetes:core/v1:ServiceAccount", "keda:keda/keda-operator", sa("keda", "keda-operator"),
+         urn(T_CHART, "keda")),
+        ("kubernetes:apps/v1:DaemonSet", "nvidia-device-plugin:plugin",
+         {"apiVersion": "apps/v1", "kind": "DaemonSet",
+          "metadata": {"name": "nvidia-device-plugin", "namespace": "nvidia-device-plugin"},
+          "spec": {"template": {"spec": plugin_pod}}}, urn(T_CHART, "nvidia-device-plugin")),
     ]
 
 
 def plan(*resources: tuple, stack: str = "dev") -> dict:
-    """A plan document from (type, props) or (type, name, props) tuples."""
+    """A plan document from (type, props), (type, name, props) or (type, name, props, parent URN) tuples."""
     out = []
     for res in resources:
-        rtype, name, props = res if len(res) == 3 else (res[0], None, res[1])
+        rtype, name, props, parent = tuple(res) + (None,) if len(res) == 3 else \
+            tuple(res) if len(res) == 4 else (res[0], None, res[1], None)
         entry = {"type": rtype, "properties": copy.deepcopy(props)}
         if name:
             entry["name"] = name
+        if parent:
+            entry["parent"] = parent
         out.append(entry)
     return {"stack": stack, "resources": out}
 

@@ -8,14 +8,15 @@ from pathlib import Path
 
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
 
-from policies import ami, gpu_nodepool, harness, keda_provider, nodepool_diversity, pack, queues, versions, workloads
+from policies import (ami, gpu_nodepool, hardware, harness, keda_provider, nodepool_diversity, pack, plan_complete,
+                      queues, schedulability, versions, wiring, workloads)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_rule_module_is_in_the_pack_with_unique_names():
     assert set(pack.RULE_MODULES) == {nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues,
-                                      workloads}
+                                      workloads, wiring, schedulability, hardware, plan_complete}
     policies = pack.all_policies()
     names = [p.name for p in policies]
     assert len(names) == len(set(names)) == sum(len(m.POLICIES) for m in pack.RULE_MODULES)

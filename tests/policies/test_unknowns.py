@@ -81,9 +81,20 @@ def unknown_everywhere(samples) -> dict:
     queue["visibilityTimeoutSeconds"] = U
     crd = samples.chart("karpenter-crd")
     crd["version"] = U
+    ta["spec"]["podIdentity"]["roleArn"] = U
+    karpenter = samples.chart("karpenter")
+    karpenter["values"] = U
+    association = {"namespace": "gpu", "serviceAccount": U, "roleArn": U}
+    plugin = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "nvidia-device-plugin"},
+              "spec": {"template": {"spec": {"tolerations": U, "containers": [
+                  {"name": "p", "image": "nvcr.io/nvidia/k8s-device-plugin:v0",
+                   "command": ["nvidia-device-plugin"]}]}}}}
+    image = {"dockerfile": {"location": "worker/Dockerfile"}, "context": {"location": "."}}
     return samples.plan((samples.T_NODEPOOL, nodepool), (samples.T_NODECLASS, nc), (samples.T_TA, ta),
                         (samples.T_SCALEDJOB, sj), (samples.T_QUEUE, queue), (samples.T_CHART, crd),
-                        (samples.T_CHART, samples.chart("karpenter")), (samples.T_EKS, samples.cluster(U)))
+                        (samples.T_CHART, karpenter), (samples.T_EKS, samples.cluster(U)),
+                        ("aws:eks/podIdentityAssociation:PodIdentityAssociation", association),
+                        ("kubernetes:apps/v1:DaemonSet", plugin), ("docker-build:index:Image", image))
 
 
 def test_over_grpc_every_mandatory_rule_flags_its_unknown_as_mandatory(analyze, samples):
@@ -95,8 +106,8 @@ def test_over_grpc_every_mandatory_rule_flags_its_unknown_as_mandatory(analyze, 
 
 
 def test_over_grpc_the_same_plan_with_plan_markers(analyze, samples):
-    # The synth writes unknowns as components.mocks.UNKNOWN; the harness sends them as the engine's sentinel.
-    from components.mocks import UNKNOWN as PLAN_UNKNOWN
+    # The synth writes unknowns as components.offline.mocks.UNKNOWN; the harness sends them as the engine's sentinel.
+    from components.offline.mocks import UNKNOWN as PLAN_UNKNOWN
 
     doc = unknown_everywhere(samples)
     text = json.dumps(doc).replace(samples.U, PLAN_UNKNOWN)
