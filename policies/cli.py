@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -41,6 +42,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # Imported here: the harness pulls in grpc and the pulumi protocol stubs, which `--help` does not need.
     from .harness import HarnessError, check, load_config, load_plan
 
+    t0 = time.perf_counter()
     try:
         plan = load_plan(args.plan)
         config = load_config(args.config) if args.config is not None else {}
@@ -50,5 +52,5 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     for diagnostic in report.diagnostics:
         print(diagnostic.line())
-    print(report.summary())
+    print(f"{report.summary()} in {time.perf_counter() - t0:.1f} s")
     return 1 if report.mandatory else 0

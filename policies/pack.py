@@ -3,16 +3,15 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, Policy, PolicyPack
 
-from . import (ami, gpu_nodepool, hardware, keda_provider, nodepool_diversity, queues, schedulability, versions,
-               wiring, workloads)
+from . import (ami, gpu_nodepool, hardware, keda_provider, nodepool_diversity, plan_complete, queues, schedulability,
+               versions, wiring, workloads)
 
 PACK_NAME = "gpuburst-guardrails"
 """The pack's name as the engine reports it (letters, digits, `-`, `_`, `.`)."""
 
 RULE_MODULES = (nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues, workloads, wiring,
-                schedulability, hardware)
+                schedulability, hardware, plan_complete)
 """One module per rule area; each exports `POLICIES`."""
-RULE_MODULES += (__import__(f"{__package__}.plan_complete", fromlist=["POLICIES"]),)  # plan-complete (issue 9)
 
 
 def all_policies() -> list[Policy]:

@@ -300,7 +300,10 @@ class Shape:
     def space(self, key: str, t: Any = None) -> Optional[Space]:
         if key in TYPE_KEYS:
             if t is None:
-                return Space() if self.types else None
+                if key in INSTANCE_TYPE_KEYS and key in self.spaces:
+                    return self.spaces[key]  # a node group's instanceTypes
+                # A node group's nodes carry these labels with values the facts do not describe here.
+                return Space() if (self.types or not self.karpenter) else None
             value = type_labels(t).get(key)
             return Space({value}) if value is not None else None
         if key in self.spaces:
@@ -426,6 +429,10 @@ def nodegroup_shape(res: Res) -> Shape:
     taints = [{"key": t.get("key"), "value": t.get("value"), "effect": effects.get(t.get("effect"), t.get("effect"))}
               for t in (props.get("taints") or []) if isinstance(t, dict)]
     unknown = [k for k in ("labels", "taints") if props.get(k) is UNKNOWN]
+    types = props.get("instanceTypes")
+    if isinstance(types, list) and types and all(isinstance(x, str) for x in types):
+        for key in INSTANCE_TYPE_KEYS:
+            spaces[key] = Space({normalise(x) for x in types})
     return Shape(res, f"NodeGroup {res.name}", spaces, taints, [], unknown=unknown, karpenter=False)
 
 
@@ -679,13 +686,13 @@ def schedulable_findings(resources: list[Res], facts: Optional[dict] = None) -> 
     out = []
     for res, pod, path in gpu_pods(resources):
         v = judge_pod(res, pod, path, shapes, daemonsets)
-        if v.fitting:
-            continue
         if v.unknown:
+            # An unknown requirement, label, taint or request could each turn a fit into none: no verdict.
             out += [(res.urn, unknown_message(p, f"whether pod {describe_res(res)} fits a NodePool"))
                     for p in v.unknown]
             continue
-        out.append((res.urn, _pending_message(v)))
+        if not v.fitting:
+            out.append((res.urn, _pending_message(v)))
     return out
 
 
@@ -697,7 +704,7 @@ def diversity_findings(resources: list[Res], facts: Optional[dict] = None) -> li
     for res, pod, path in gpu_pods(resources):
         v = judge_pod(res, pod, path, shapes, daemonsets)
         types = sorted({t.name for _s, t in v.fitting})
-        if len(types) < 2 and v.unknown:
+        if v.unknown:
             out += [(res.urn, unknown_message(p, f"how many instance types can host pod {describe_res(res)}"))
                     for p in v.unknown]
             continue

@@ -87,7 +87,10 @@ class RealisticMocks(pulumi.runtime.Mocks):
             out.update({"digest": digest, "ref": ref})
             rid = digest
         elif t == "aws:iam/role:Role":
-            out.update({"arn": self._arn("iam", f"role/{physical}", regional=False), "name": physical,
+            # IAM puts a role's path into its ARN (arn:aws:iam::ACCOUNT:role/PATH/NAME), as a wiring rule expects.
+            path = inputs.get("path") if isinstance(inputs.get("path"), str) else "/"
+            path = path if path.startswith("/") and path.endswith("/") else "/"
+            out.update({"arn": self._arn("iam", f"role{path}{physical}", regional=False), "name": physical,
                         "uniqueId": "AROA" + "0" * 17})
             rid = physical
         elif t == "aws:iam/policy:Policy":

@@ -93,7 +93,7 @@ def test_trigger_authentication_provider_aws_with_scaler_role(res, upstream_crds
     p = ta.properties
     assert p["metadata"] == {"name": "slides-sqs-auth", "namespace": "gpuburst"}
     assert p["spec"] == {"podIdentity": {"provider": "aws",
-                                         "roleArn": "arn:aws:iam::123456789012:role/slides-scaler-role"}}
+                                         "roleArn": "arn:aws:iam::123456789012:role/gpuburst/keda-scaler/slides-scaler-role"}}
     (chart,) = res.monitor.by_type("kubernetes:helm.sh/v4:Chart")
     assert chart.urn in ta.dependencies  # the CRD comes from the chart
     crd = upstream_crds / f"keda-v{catalogue.KEDA_VERSION}-triggerauthentications.yaml"

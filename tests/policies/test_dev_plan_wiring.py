@@ -127,3 +127,15 @@ def test_a_nodepool_family_where_one_type_hosts_the_worker_fails(dev_plan, tmp_p
     assert all("fits only 'g5.2xlarge' of NodePool 'gpu' (g5.xlarge cannot host it)" in line for line in lines)
     assert any("pod ScaledJob gpuburst/slides" in line for line in lines)
     assert any("pod Deployment gpuburst/studies" in line for line in lines)
+
+
+def test_verify_gpu_job_with_its_default_nodepool_fits_the_dev_plan(dev_plan):
+    from components.verify.gpujob import build_gpu_job
+    from components.verify.model import VerifySettings
+
+    nodepool = VerifySettings.__dataclass_fields__["nodepool"].default
+    job = build_gpu_job("gpuburst-verify-gpu-test", "gpuburst", "img", nodepool=nodepool, deadline_s=600)
+    resources = as_res(dev_plan) + [Res("kubernetes:batch/v1:Job", "urn:pulumi:dev::gpuburst::verify::job", "job",
+                                        None, job)]
+    assert schedulability.schedulable_findings(resources) == []
+    assert schedulability.diversity_findings(resources) == []

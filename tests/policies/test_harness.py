@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,9 +67,11 @@ def test_karpenter_chart_at_1_0_1_exits_1(tmp_path, samples):
 def test_compliant_hand_written_plan_exits_0(tmp_path, samples):
     result = run_check(str(write(tmp_path, "plan.json", samples.plan(*samples.compliant_resources()))))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines() == [
-        f"policy check passed: 0 mandatory, 0 advisory violation(s) in {len(samples.compliant_resources())} "
-        f"resource(s) (pack gpuburst-guardrails, {len(harness_policy_names())} policies)"]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1 and re.fullmatch(
+        re.escape(f"policy check passed: 0 mandatory, 0 advisory violation(s) in {len(samples.compliant_resources())} "
+                  f"resource(s) (pack gpuburst-guardrails, {len(harness_policy_names())} policies) in ") + r"\d+\.\d s",
+        lines[0]), lines
 
 
 def harness_policy_names() -> list[str]:

@@ -343,3 +343,22 @@ def test_over_grpc(analyze, samples):
     assert report.by_policy(rule.DEVICE_PLUGIN_NAME) == [] and report.by_policy(rule.CONTROLLER_NAME) == []
     report = analyze(doc, {rule.SCHEDULABLE_NAME: "advisory"})
     assert [d.level for d in report.by_policy(rule.SCHEDULABLE_NAME)] == ["ADVISORY"]
+
+
+def test_node_group_instance_types_are_labels_the_controllers_may_select():
+    keda = {"nodeSelector": {"gpuburst.io/pool": "system", IT: "m6i.large", "kubernetes.io/os": "linux"},
+            "containers": [{"name": "keda-operator", "image": "k"}]}
+    assert rule.controller_findings(world(keda_pod=keda), FACTS) == []
+    keda["nodeSelector"][IT] = "c7i.large"
+    (_u, message), = rule.controller_findings(world(keda_pod=keda), FACTS)
+    assert "node.kubernetes.io/instance-type In ['c7i.large']" in message
+
+
+def test_an_unknown_nodepool_requirement_leaves_no_verdict(run_stack, samples):
+    pool = nodepool()
+    pool["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": samples.U})
+    resources = world(pool=pool)
+    for policy in (rule.SCHEDULABLE_POLICY, rule.DIVERSITY_POLICY):
+        found = run_stack(policy, as_stack(resources))
+        assert found and all("is unknown during preview" in m for _u, m in found), (policy.name, found)
