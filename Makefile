@@ -21,6 +21,7 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 
 ## demo: the offline synth, the policy check on its plan, and the worker on synthetic slides (no cloud)
 demo: $(VENV)/.installed
+	$(PY) -m components charts pull --if-missing
 	$(PY) -m components synth --stack dev --out out
 	@echo
 	$(PY) -m policies check out/plan.json
@@ -32,6 +33,7 @@ test: $(VENV)/.installed $(CHECKOV_VENV)/.installed
 	CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(PY) -m pytest
 
 synth: $(VENV)/.installed
+	$(PY) -m components charts pull --if-missing
 	$(PY) -m components synth --stack dev --out out
 
 check: synth

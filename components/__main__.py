@@ -39,6 +39,7 @@ def _synth(argv: list[str]) -> int:
 
 
 def _charts(argv: list[str]) -> int:
+    from . import catalogue
     from .offline.charts import PULL_TIMEOUT_S, ChartError, pull, pull_destination
 
     parser = argparse.ArgumentParser(
@@ -51,10 +52,23 @@ def _charts(argv: list[str]) -> int:
                              "~/.cache/gpuburst/charts; never ../shared/charts, which the synth reads before it)")
     parser.add_argument("--timeout", type=float, default=PULL_TIMEOUT_S,
                         help=f"seconds to wait for each chart (default: {PULL_TIMEOUT_S:g})")
+    parser.add_argument("--if-missing", action="store_true",
+                        help="pull only the charts the synth would not find (in --charts, $GPUBURST_CHARTS, "
+                             "../shared/charts or the user cache); with all of them there, touch no network")
     args = parser.parse_args(argv)
     cache, source = pull_destination(args.charts)
+    pins = list(catalogue.CHARTS.values())
+    if args.if_missing:
+        from .offline.charts import archive_name, search_path
+
+        where = search_path(args.charts)
+        pins = [p for p in pins if not any((d / archive_name(p.chart, p.version)).is_file() for d in where)]
+        if not pins:
+            print(f"charts: all {len(catalogue.CHARTS)} pinned charts are in the chart cache "
+                  f"({', '.join(str(d) for d in where)})")
+            return 0
     try:
-        for line in pull(cache, timeout_s=args.timeout):
+        for line in pull(cache, timeout_s=args.timeout, charts=pins):
             print(line)
     except (ChartError, OSError) as e:
         print(f"charts pull: {e}", file=sys.stderr)

@@ -288,3 +288,14 @@ def test_a_chart_missing_from_the_cache_gives_one_line_a_shallow_plan_and_a_mand
     assert check.returncode == 1, check.stdout + check.stderr
     found = [ln for ln in check.stdout.splitlines() if ln.startswith("MANDATORY plan-complete ")]
     assert len(found) == 1 and f"chart {missing.chart} {missing.version}" in found[0], check.stdout
+
+
+@needs_charts
+def test_pull_if_missing_touches_no_network_when_every_chart_is_cached(tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    env.pop("GPUBURST_CHARTS", None)
+    r = subprocess.run([sys.executable, "-m", "components", "charts", "pull", "--if-missing"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"charts: all {len(catalogue.CHARTS)} pinned charts are in the chart cache")
+    assert not (tmp_path / "xdg" / "gpuburst" / "charts").exists()  # nothing pulled, nothing written
