@@ -230,7 +230,9 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from worker.pipeline import process_slide
 
     print(f"device: {describe_device(device)}", file=sys.stderr)
+    t_load = time.monotonic()
     model = load_model(args.model, device)
+    load_s = time.monotonic() - t_load
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bar = ProgressBar(slide_id)
@@ -248,6 +250,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
     m = slide_metrics(summary)
     print(f"{slide_id}: {m['tiles_seen']} tissue tiles, tissue {_pct(m['tissue_percent'])}, "
           f"{time.monotonic() - t0:.1f} s with {model.name} {model.version} on {describe_device(device)}")
+    t = summary.get("timings_s", {})
+    print(f"stages: model load {load_s:.1f} s (once per process), open {t.get('open', 0):.1f} s, tissue "
+          f"{t.get('tissue', 0):.1f} s, inference {t.get('analyse', 0):.1f} s (reading, model and overlay "
+          f"overlapped), write {t.get('write', 0):.1f} s")
     print(f"outputs in {out}:")
     for suffix in OUTPUT_SUFFIXES:
         print(f"  {out / (slide_id + suffix)}")

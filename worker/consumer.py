@@ -182,6 +182,9 @@ class Consumer:
         self.sqs = sqs or s3io.sqs_client()
         self.s3 = s3 or s3io.s3_client()
         self.outcomes: list[Outcome] = []
+        self.model_load_s: float | None = None
+        """Seconds this process took to load its model (set by `run`); charged to the first slide it finishes."""
+        self._model_load_charged = False
         self.studies: dict[str, StudyState] = {}
         self.exit_reason = ""
         self.fifo = False
@@ -408,7 +411,9 @@ class Consumer:
         self._delete(msg)
         outcome.seconds = time.monotonic() - t0
         if outcome.status == "done":
-            log.info(event("slide.done", **fields, seconds=outcome.seconds, study=study, sequence=m.sequence,
+            stages = (outcome.summary or {}).get("stages_s") or {}
+            clock = {f"{k}_s": v for k, v in stages.items() if k != "total" and v is not None}
+            log.info(event("slide.done", **fields, seconds=outcome.seconds, **clock, study=study, sequence=m.sequence,
                            heartbeats=hb.extensions, summary=str(m.summary_uri)))
         else:
             log.info(event("slide.skipped", **fields, seconds=outcome.seconds, reason=outcome.reason))
@@ -502,6 +507,8 @@ class Consumer:
                 s3io.upload(self.s3, f, m.output_uri(suffix))
             summary["consumer"]["seconds"]["upload"] = round(time.monotonic() - t_up, 3)
             summary["consumer"]["seconds"]["total"] = round(time.monotonic() - t0, 3)
+            summary["stages_s"] = self._stages(summary, t_proc - t_dl)
+            summary["model_load_s_process"] = None if self.model_load_s is None else round(self.model_load_s, 3)
             try:
                 s3io.put_json_conditional(self.s3, m.summary_uri, summary,
                                           replace_etag=existing[1] if existing else None)
@@ -523,6 +530,19 @@ class Consumer:
             return base
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def _stages(self, summary: dict, download_s: float) -> dict[str, float | None]:
+        """This slide's clock, stage by stage, as the burst planner models it: download, model load (paid once per
+        process: its load time on the first slide the process finishes, 0 after), open, tissue, inference (reading,
+        model and overlay overlapped), write, upload, total (seconds)."""
+        t = summary.get("timings_s") if isinstance(summary.get("timings_s"), dict) else {}
+        seconds = summary["consumer"]["seconds"]
+        load = 0.0
+        if self.model_load_s is not None and not self._model_load_charged:
+            load, self._model_load_charged = self.model_load_s, True
+        return {"download": round(download_s, 3), "model_load": round(load, 3), "open": t.get("open"),
+                "tissue": t.get("tissue"), "inference": t.get("analyse"), "write": t.get("write"),
+                "upload": seconds.get("upload"), "total": seconds.get("total")}
 
     def _enrich(self, summary: dict, msg: dict, m: SlideMessage, identity: dict[str, Any], study: str | None,
                 receives: int, seq_check: str, state: StudyState | None, seconds: dict[str, float]) -> None:
@@ -681,8 +701,9 @@ def run(settings: ConsumerSettings, *, processor: Processor | None = None,
 
         t0 = time.monotonic()
         model = load_model(settings.model_path, device)
+        consumer.model_load_s = time.monotonic() - t0
         log.info(event("model.loaded", name=getattr(model, "name", "?"), version=getattr(model, "version", "?"),
-                       path=settings.model_path or "built-in", seconds=time.monotonic() - t0))
+                       path=settings.model_path or "built-in", seconds=consumer.model_load_s))
         processor = model_processor(model)
     consumer.processor = wrap_processor(processor) if wrap_processor is not None else processor
     previous: dict[int, Any] = {}

@@ -45,3 +45,36 @@ def test_an_svs_object_is_analysed_and_a_coarse_dicom_prefix_is_dead_lettered_na
     assert "coarser than the model needs" in reason and "DICOM PixelSpacing" in reason
     assert str(tmp_path) not in reason  # the operator sees the S3 prefix, not the pod's scratch folder
     assert counts(sqs, url) == (0, 0)
+
+
+def test_each_slide_carries_its_clock_and_the_model_load_is_charged_once(aws, tmp_path, caplog):
+    from worker.consumer import run as consume
+
+    s3, sqs = clients()
+    make_buckets(s3)
+    for name in ("first", "second"):
+        s3.upload_file(str(REAL / "CMU-1-Small-Region.svs"), SLIDES, f"in/{name}.svs")
+    url, _ = make_queues(sqs)
+    for name in ("first", "second"):
+        send(sqs, url, {"slide": f"s3://{SLIDES}/in/{name}.svs", "output": OUT})
+    settings = ConsumerSettings(queue_url=url, mode="job", wait_time_s=0, visibility_timeout_s=60,
+                                visibility_extension_interval_s=20, retry_backoff_s=0, hard_exit_after_grace=False,
+                                scratch_dir=str(tmp_path / "scratch"), device="cpu")
+    with caplog.at_level("INFO", logger="worker.consumer"):
+        assert consume(settings) == 0
+    first, second = (get_json(s3, f"real/{n}.json") for n in ("first", "second"))
+    load = first["model_load_s_process"]
+    assert load > 0 and second["model_load_s_process"] == load  # the same process, one load
+    assert first["stages_s"]["model_load"] == load and second["stages_s"]["model_load"] == 0.0
+    for s in (first, second):
+        stages = s["stages_s"]
+        assert set(stages) == {"download", "model_load", "open", "tissue", "inference", "write", "upload", "total"}
+        assert all(v >= 0 for v in stages.values())
+        assert stages["inference"] > 0 and stages["inference"] <= s["timings_s"]["total"]
+        parts = sum(v for k, v in stages.items() if k not in ("total", "model_load"))
+        assert parts <= stages["total"] + 0.05  # the stages do not overlap each other
+    done = [r.getMessage() for r in caplog.records if r.getMessage().startswith("slide.done ")]
+    assert len(done) == 2
+    for line in done:
+        for key in ("download_s=", "model_load_s=", "tissue_s=", "inference_s=", "upload_s="):
+            assert key in line, line
