@@ -508,3 +508,61 @@ EKS user guide's note that the accelerated AMIs "currently include NVIDIA driver
 def join(values: Iterable[str]) -> str:
     """`a, b, c` for messages."""
     return ", ".join(values)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Burst timing facts: default stage durations of the burst planner (components/planner.py), each with its source.
+# --------------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StageDuration:
+    """One stage of a GPU pod's path from a queued message to a result, with its default duration and its source."""
+
+    stage: str
+    """Stage name, as `plan-burst --set STAGE=SECONDS` spells it."""
+    seconds: float
+    """Default duration in seconds (a published measurement, or a stated default of the tool)."""
+    source: str
+    """Where the figure comes from."""
+
+
+_DATA_ON_EKS = ("data-on-eks, Ray batch inference on g6e.2xlarge (2026), from Kubernetes event timestamps "
+                "(~6 min 33 s pod created to serving on a fresh node, ~2 min 30 s on a warm node with the image cached)")
+
+STAGE_DURATIONS: dict[str, StageDuration] = {s.stage: s for s in (
+    StageDuration("poll", 30, "KEDA ScaledJob spec.pollingInterval default (30 s); a message waits up to one interval "
+                              "(the planner takes the worst case); the workload's configured value wins"),
+    StageDuration("nodeclaim", 13, f"pod created to NodeClaim created (Karpenter batch window included): {_DATA_ON_EKS}"),
+    StageDuration("ec2_ready", 40, f"EC2 launch to node Ready: {_DATA_ON_EKS}"),
+    StageDuration("gpu_registered", 36, f"node Ready to nvidia.com/gpu allocatable (device plugin): {_DATA_ON_EKS}"),
+    StageDuration("image_pull", 121, f"11.6 GB image pull, 2 min 01 s: {_DATA_ON_EKS}; with SOCI parallel pull on "
+                                     "AL2023 a 9.35 GB pull fell from 2 min 11 s to 40 s (karpenter-blueprints): "
+                                     "`--set image_pull=40`"),
+)}
+"""Default durations of the node and image stages of a cold start (the model load is the workload's `modelLoadS`,
+inference its `secondsPerItem`); `plan-burst --set STAGE=SECONDS` overrides any of them."""
+
+FRESH_NODE_POD_TO_SERVING_S = 393
+"""Published total, pod created to serving on a fresh node (6 min 33 s; data-on-eks, see `STAGE_DURATIONS`): the node
+and image stages (210 s) plus that workload's container start and model load."""
+
+WARM_NODE_POD_TO_SERVING_S = 150
+"""Published total, pod created to serving on a warm node with the image cached (~2 min 30 s; data-on-eks)."""
+
+SPOT_PRICE_FRACTION = 0.4
+"""ASSUMPTION, not a measurement: spot GPU capacity priced at 40% of on-demand (a 60% discount; AWS advertises "up to
+90%" and spot prices move hourly). The planner prices ScaledJob nodes with it when the NodePool allows spot; the
+persistent consumer always runs on on-demand."""
+
+BILLING_MINIMUM_S = 60
+"""EC2 per-second billing (Linux) with a 60 s minimum per instance launch."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Warm GPU floor: the placeholder pod's image (components/warm_floor.py).
+# --------------------------------------------------------------------------------------------------------------------
+
+PAUSE_IMAGE = ("registry.k8s.io/pause:3.10"
+               "@sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a")
+"""The warm-floor placeholder's image: Kubernetes' pause 3.10 (multi-arch index digest), runs as uid 65535 and does
+nothing, so the GPU it holds costs only the node."""

@@ -17,12 +17,16 @@ first job) and the consumer's idle GPU between bursts are outside them and are t
 
 Worked example (the issue's): 20 ordered slides, 45 s model load, 8 s each: as jobs 20 × (45 + 8) = 1,060 s, as one
 consumer 45 + 20 × 8 = 205 s.
+
+The figures come from the burst planner (`planner.seed_estimates`: `planner.simulate` with `warm=True`, i.e. nodes up,
+the image cached and KEDA's poll zeroed), whose warm model reduces to the formulas above; `plan-burst` adds the node,
+image and poll stages and the bill.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
+from .planner import seed_estimates
 from .validation import ConfigError, Rule, validate
 
 PATTERNS = ("scaledjob", "consumer")
@@ -99,16 +103,11 @@ def parallel_blocker(facts: WorkloadFacts) -> tuple[str, str] | None:
 
 
 def estimates(facts: WorkloadFacts) -> tuple[float, float, float]:
-    """(jobs_s, consumer_s, jobs_wall_s) per burst; see the module docstring for the formulas."""
+    """(jobs_s, consumer_s, jobs_wall_s) per burst from the planner's warm model; see the module docstring."""
     _check(facts)
-    n, load, per = facts.burst_items, float(facts.model_load_s), float(facts.seconds_per_item)
-    jobs_s = n * (load + per)
-    consumer_s = load + n * per
-    if parallel_blocker(facts) is not None:
-        jobs_wall_s = jobs_s
-    else:
-        jobs_wall_s = math.ceil(n / facts.max_replicas) * (load + per)
-    return jobs_s, consumer_s, jobs_wall_s
+    parallel = 1 if parallel_blocker(facts) is not None else facts.max_replicas
+    return seed_estimates(items=facts.burst_items, model_load_s=float(facts.model_load_s),
+                          seconds_per_item=float(facts.seconds_per_item), parallel=parallel)
 
 
 def choose_pattern(facts: WorkloadFacts) -> PatternChoice:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import zoneinfo
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -67,6 +68,75 @@ class WorkloadConfig:
         return self.pattern is None and choose_pattern(self.facts()).pattern == "consumer"
 
 
+WARM_GPUS_MAX = 64
+"""Most GPUs a warm floor may keep up (a floor is a few idle GPUs, not a fleet; it also stays within gpuLimit)."""
+
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*?,/-]+$")
+
+
+def _is_cron(v: Any) -> bool:
+    """Five whitespace-separated fields (minute hour day-of-month month day-of-week), as KEDA's cron scaler takes."""
+    return isinstance(v, str) and len(v.split()) == 5 and all(_CRON_FIELD.match(f) for f in v.split())
+
+
+def _is_timezone(v: Any) -> bool:
+    if not isinstance(v, str) or not v or v.startswith("/") or ".." in v:
+        return False
+    try:
+        zoneinfo.ZoneInfo(v)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # a folder such as "Europe" is an OSError
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class WarmGpus:
+    """A schedule during which `count` GPU nodes are kept up (placeholder pods), so a burst skips the node start."""
+
+    count: int
+    """GPUs (GPU nodes, one placeholder pod each) kept warm inside the schedule, 1 to WARM_GPUS_MAX and at most
+    gpuLimit. Required."""
+    start: str
+    """Cron expression (5 fields, KEDA `cron` scaler `start`, in `timezone`) at which the floor comes up. Required."""
+    end: str
+    """Cron expression (5 fields, KEDA `cron` scaler `end`, in `timezone`) at which the floor goes back to zero.
+    Required."""
+    timezone: str
+    """IANA time zone of `start` and `end`, e.g. Europe/London (checked with zoneinfo). Required."""
+
+
+_WARM_KEYS = ("count", "start", "end", "timezone")
+
+
+def _warm_rules() -> list[Rule]:
+    return [
+        Rule("count", is_int_between(1, WARM_GPUS_MAX), f"an integer from 1 to {WARM_GPUS_MAX} (GPUs kept warm)"),
+        Rule("start", _is_cron, "a 5-field cron expression (minute hour day-of-month month day-of-week), e.g. "
+                                "'0 8 * * 1-5'"),
+        Rule("end", _is_cron, "a 5-field cron expression (minute hour day-of-month month day-of-week), e.g. "
+                              "'0 13 * * 1-5'"),
+        Rule("timezone", _is_timezone, "an IANA time zone name such as Europe/London or UTC"),
+    ]
+
+
+def _parse_warm_gpus(value: Any) -> WarmGpus:
+    where = f"{NAMESPACE}:warmGpus"
+    if not isinstance(value, dict):
+        raise ConfigError(where, value, "a mapping with count, start, end and timezone")
+    for key in value:
+        if key not in _WARM_KEYS:
+            raise ConfigError(f"{where}.{key}", value[key], f"unknown warmGpus key; known keys: "
+                                                             f"{catalogue.join(_WARM_KEYS)}")
+    for key in _WARM_KEYS:
+        if key not in value:
+            raise ConfigError(f"{where}.{key}", None, f"required: warmGpus needs {catalogue.join(_WARM_KEYS)}")
+    validate(value, _warm_rules(), where + ".")
+    if value["start"].split() == value["end"].split():
+        raise ConfigError(f"{where}.end", value["end"], "a cron expression different from start (the floor would "
+                                                        "never stay up)")
+    return WarmGpus(**{k: value[k] for k in _WARM_KEYS})
+
+
 def _default_workloads() -> tuple[WorkloadConfig, ...]:
     return (
         WorkloadConfig(name="slides", items_independent=True, ordered=False, stateful=False, burst_items=200),
@@ -120,6 +190,16 @@ class StackConfig:
     """E-mail addresses subscribed to the alarm topics. Required: at least one (each must confirm AWS's e-mail)."""
     workloads: tuple[WorkloadConfig, ...] = field(default_factory=_default_workloads)
     """The queue-driven GPU workloads. Default: `slides` (independent) and `studies` (ordered, stateful)."""
+    polling_interval_s: int = 30
+    """Seconds between KEDA's queue-length polls of every ScaledJob (spec.pollingInterval), 5-3600. Default: 30."""
+    karpenter_batch_idle_s: int = 1
+    """Karpenter `settings.batchIdleDuration`, seconds: a provisioning batch ends after this long without a new
+    pending pod, 1-600. Default: 1 (Karpenter's)."""
+    karpenter_batch_max_s: int = 10
+    """Karpenter `settings.batchMaxDuration`, seconds: the longest a provisioning batch may grow, 1-600 and at least
+    karpenter_batch_idle_s. Default: 10 (Karpenter's)."""
+    warm_gpus: WarmGpus | None = None
+    """A warm GPU floor (placeholder pods kept up on a cron schedule). Default: None (the GPU pool scales to zero)."""
 
     @property
     def name_prefix(self) -> str:
@@ -147,6 +227,10 @@ _KEYS: dict[str, str] = {
     "oldestMessageAlarmS": "oldest_message_alarm_s",
     "alarmEmails": "alarm_emails",
     "workloads": "workloads",
+    "pollingIntervalS": "polling_interval_s",
+    "karpenterBatchIdleS": "karpenter_batch_idle_s",
+    "karpenterBatchMaxS": "karpenter_batch_max_s",
+    "warmGpus": "warm_gpus",
 }
 _WORKLOAD_KEYS: dict[str, str] = {
     "itemsIndependent": "items_independent", "ordered": "ordered", "stateful": "stateful",
@@ -206,6 +290,9 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
              "a non-empty list of e-mail addresses (the alarms are how silent failures reach a person)"),
         Rule("workloads", lambda v: isinstance(v, dict) and len(v) >= 1,
              "a mapping of workload name to its facts (itemsIndependent, ordered, stateful, modelLoadS, ...)"),
+        Rule("pollingIntervalS", is_int_between(5, 3600), "seconds from 5 to 3600 (KEDA's ScaledJob pollingInterval)"),
+        Rule("karpenterBatchIdleS", is_int_between(1, 600), "seconds from 1 to 600 (Karpenter batchIdleDuration)"),
+        Rule("karpenterBatchMaxS", is_int_between(1, 600), "seconds from 1 to 600 (Karpenter batchMaxDuration)"),
     ]
 
 
@@ -271,6 +358,8 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
         name = _KEYS[key]
         if name == "workloads":
             kwargs[name] = tuple(_parse_workload(n, w) for n, w in value.items())
+        elif name == "warm_gpus":
+            kwargs[name] = _parse_warm_gpus(value)
         elif isinstance(value, list):
             kwargs[name] = tuple(value)
         else:
@@ -279,6 +368,13 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
     if region:
         kwargs["region"] = _decode(region)
     cfg = StackConfig(**kwargs)
+    if cfg.karpenter_batch_max_s < cfg.karpenter_batch_idle_s:
+        raise ConfigError(prefix + "karpenterBatchMaxS", cfg.karpenter_batch_max_s,
+                          f"seconds >= karpenterBatchIdleS = {cfg.karpenter_batch_idle_s} (the idle window ends a "
+                          "batch that the max window still allows)")
+    if cfg.warm_gpus is not None and cfg.warm_gpus.count > cfg.gpu_limit:
+        raise ConfigError(prefix + "warmGpus.count", cfg.warm_gpus.count,
+                          f"at most gpuLimit = {cfg.gpu_limit} (a floor above the NodePool's limit never comes up)")
     consumers = [w.name for w in cfg.workloads if w.runs_as_consumer]
     if consumers and "on-demand" not in cfg.gpu_capacity_types:
         raise ConfigError(prefix + "gpuCapacityTypes", list(cfg.gpu_capacity_types),

@@ -262,11 +262,16 @@ def _taggable_ec2(p: str, r: str) -> list[str]:
 
 def karpenter_values(*, cluster_name: str, queue_name: Any, region: Any, service_account: str = SERVICE_ACCOUNT,
                      replicas: int = 2, controller_resources: Mapping[str, Any] | None = None,
-                     system_node_selector: Mapping[str, str] | None = None) -> dict:
-    """Helm values of the `karpenter` chart: settings, service account, and placement on the system node group."""
+                     system_node_selector: Mapping[str, str] | None = None, batch_idle_s: int = 1,
+                     batch_max_s: int = 10) -> dict:
+    """Helm values of the `karpenter` chart: settings, service account, and placement on the system node group.
+
+    `batch_idle_s` / `batch_max_s` become `settings.batchIdleDuration` / `settings.batchMaxDuration` (the chart's
+    BATCH_IDLE_DURATION / BATCH_MAX_DURATION env), written as Go durations; the defaults are Karpenter's 1s / 10s."""
     selector = dict(system_node_selector if system_node_selector is not None else {POOL_LABEL: "system"})
     return {
-        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
+        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name,
+                     "batchIdleDuration": f"{int(batch_idle_s)}s", "batchMaxDuration": f"{int(batch_max_s)}s"},
         "serviceAccount": {"create": True, "name": service_account},
         "replicas": replicas,
         # Karpenter must not depend on CoreDNS, which may itself be waiting for capacity Karpenter has to provide.
@@ -342,6 +347,11 @@ class KarpenterArgs:
     None (default) reads it from the interruption queue's ARN once the queue exists."""
     account_id: str | None = None
     """12-digit AWS account id (see `region`). Default None."""
+    batch_idle_s: int = 1
+    """Controller `settings.batchIdleDuration`, seconds (a batch of pending pods ends after this long without a new
+    one). Default 1 (Karpenter's)."""
+    batch_max_s: int = 10
+    """Controller `settings.batchMaxDuration`, seconds (longest batch; >= batch_idle_s). Default 10 (Karpenter's)."""
 
 
 KARPENTER_RULES = (
@@ -359,6 +369,10 @@ KARPENTER_RULES = (
          "None or a 12-digit AWS account id as a string"),
     Rule("karpenter.replicas", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 5,
          "an int between 1 and 5"),
+    Rule("karpenter.batch_idle_s", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 600,
+         "seconds, an int between 1 and 600"),
+    Rule("karpenter.batch_max_s", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 600,
+         "seconds, an int between 1 and 600 (and >= batch_idle_s)"),
 )
 
 
@@ -372,7 +386,11 @@ class Karpenter(pulumi.ComponentResource):
         validate({"karpenter.cluster_name": args.cluster_name, "karpenter.node_role_name": node_role_name,
                   "karpenter.queue_name": queue_name, "karpenter.replicas": args.replicas,
                   "karpenter.partition": args.partition, "karpenter.region": args.region,
-                  "karpenter.account_id": args.account_id}, KARPENTER_RULES)
+                  "karpenter.account_id": args.account_id, "karpenter.batch_idle_s": args.batch_idle_s,
+                  "karpenter.batch_max_s": args.batch_max_s}, KARPENTER_RULES)
+        if args.batch_max_s < args.batch_idle_s:
+            raise ConfigError("karpenter.batch_max_s", args.batch_max_s,
+                              f"seconds >= batch_idle_s = {args.batch_idle_s}")
         problem = version_problem(args.version, crd_version, args.kubernetes_version)
         if problem:
             raise problem
@@ -449,7 +467,8 @@ class Karpenter(pulumi.ComponentResource):
             values=karpenter_values(cluster_name=args.cluster_name, queue_name=queue_name, region=region,
                                     service_account=args.service_account, replicas=args.replicas,
                                     controller_resources=args.controller_resources,
-                                    system_node_selector=args.system_node_selector),
+                                    system_node_selector=args.system_node_selector,
+                                    batch_idle_s=args.batch_idle_s, batch_max_s=args.batch_max_s),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[
                 self.crd_chart, self.identity, self.node_access_entry, self.queue_policy, *args.wait_for]))
 

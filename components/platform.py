@@ -18,6 +18,7 @@ from .pod import WorkerPodSettings
 from .queue import WorkQueue, WorkQueueArgs
 from .scaledjob import GpuScaledJob, GpuScaledJobArgs
 from .storage import SlideStorage, SlideStorageArgs
+from .warm_floor import WarmGpuFloor, WarmGpuFloorArgs
 
 WORKLOAD_NAMESPACE = "gpuburst"
 """Namespace of the worker ScaledJobs and Deployments (Pod Security Standard `restricted`, enforced)."""
@@ -65,7 +66,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
 
         self.karpenter = Karpenter(f"{name}-karpenter", KarpenterArgs(
             cluster_name=prefix, version=config.karpenter_version, kubernetes_version=config.kubernetes_version,
-            wait_for=list(self.cluster.ready), tags=tags), opts=in_cluster)
+            wait_for=list(self.cluster.ready), tags=tags, batch_idle_s=config.karpenter_batch_idle_s,
+            batch_max_s=config.karpenter_batch_max_s), opts=in_cluster)
         self.nodeclass = Ec2NodeClass(f"{name}-gpu-nodeclass", Ec2NodeClassArgs(
             node_role=self.karpenter.node_role_name, cluster_name=prefix, crd_chart=self.karpenter.crd_chart,
             ami_alias=config.ami_alias, tags=tags), opts=in_cluster)
@@ -90,6 +92,18 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         self.storage = SlideStorage(f"{name}-storage", SlideStorageArgs(tags=tags), opts=child)
         self.image = WorkerImage(f"{name}-worker-image", WorkerImageArgs(tags=tags), opts=child)
 
+        # The warm floor's placeholders hold GPU nodes on a schedule; the workloads then run at a higher priority
+        # class so a real job preempts a placeholder at once.
+        self.warm_floor: WarmGpuFloor | None = None
+        workload_priority: list[pulumi.Resource] = []
+        if config.warm_gpus is not None:
+            warm = config.warm_gpus
+            self.warm_floor = WarmGpuFloor(f"{name}-warm-floor", WarmGpuFloorArgs(
+                namespace=WORKLOAD_NAMESPACE, count=warm.count, start=warm.start, end=warm.end,
+                timezone=warm.timezone, keda_chart=self.keda.chart,
+                depends_on=[self.namespace, self.nodepool.resource, self.device_plugin.chart]), opts=in_cluster)
+            workload_priority = [self.warm_floor.workload_priority_class]
+
         self.queues: dict[str, WorkQueue] = {}
         self.workloads: dict[str, pulumi.ComponentResource] = {}
         self.choices = choices
@@ -101,10 +115,12 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 tags=tags), opts=child)
             self.queues[w.name] = queue
             pod = WorkerPodSettings(image=self.image.image_ref, visibility_timeout_s=queue.visibility_timeout_s,
-                                    region=config.region)
+                                    region=config.region,
+                                    priority_class_name=self.warm_floor.priority_class_name if self.warm_floor
+                                    else None)
             workload_opts = pulumi.ResourceOptions.merge(
                 in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace, self.nodepool.resource,
-                                                               self.device_plugin.chart]))
+                                                               self.device_plugin.chart, *workload_priority]))
             common = dict(cluster_name=prefix, namespace=WORKLOAD_NAMESPACE, queue_url=queue.queue_url,
                           queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
                           bucket_arn=self.storage.results_bucket_arn,
@@ -113,7 +129,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             if choices[w.name].pattern == "scaledjob":
                 self.workloads[w.name] = GpuScaledJob(f"{w.name}", GpuScaledJobArgs(
                     keda=self.keda, facts=workload_facts(w), scaler_identity_owner=config.keda_identity_owner,
-                    **common), opts=workload_opts)
+                    polling_interval_s=config.polling_interval_s, **common), opts=workload_opts)
             else:
                 self.workloads[w.name] = GpuConsumer(f"{w.name}", GpuConsumerArgs(facts=workload_facts(w), **common),
                                                      opts=workload_opts)

@@ -100,6 +100,9 @@ class WorkerPodSettings:
     env: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     """More environment variables for the worker (e.g. MODEL_PATH). Default none; may not override the ones this
     module sets."""
+    priority_class_name: str | None = None
+    """Pod priorityClassName (the platform sets the workloads' class when a warm GPU floor is configured, so a real
+    job preempts a placeholder). Default None (no class: priority 0)."""
 
     @property
     def extension_interval_s(self) -> int:
@@ -227,6 +230,7 @@ def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]],
             "fsGroup": WORKER_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
+        **({"priorityClassName": s.priority_class_name} if s.priority_class_name else {}),
         "nodeSelector": dict(GPU_NODE_SELECTOR),
         "tolerations": [dict(GPU_TOLERATION)],
         "containers": [container],

@@ -38,7 +38,8 @@ class ScaledJobSettings:
     max_messages_per_job: int = 1
     """The worker's --max-messages: a job takes this many messages, then exits. Default 1."""
     polling_interval_s: int = 30
-    """Seconds between KEDA's queue-length polls (spec.pollingInterval). Default 30."""
+    """Seconds between KEDA's queue-length polls (spec.pollingInterval). Default 30 (the stack sets it from
+    `gpuburst:pollingIntervalS`)."""
     successful_jobs_history_limit: int = 3
     """Finished jobs kept for inspection. Default 3."""
     failed_jobs_history_limit: int = 5
@@ -146,6 +147,8 @@ class GpuScaledJobArgs(WorkerAccessArgs):
     """KEDA and Job settings. Default: ScaledJobSettings() with max_replica_count = facts.max_replicas."""
     scaler_identity_owner: str | None = None
     """None (default): a scaler role via roleArn; 'keda': the operator's own role (see KedaScalerAuth)."""
+    polling_interval_s: int | None = None
+    """KEDA pollingInterval, seconds, used when `settings` is None. Default None: ScaledJobSettings' default (30)."""
 
 
 class GpuScaledJob(pulumi.ComponentResource):
@@ -159,7 +162,9 @@ class GpuScaledJob(pulumi.ComponentResource):
         super().__init__("gpuburst:index:GpuScaledJob", name, None, opts)
         # Refuse ordered or stateful work before anything is declared.
         self.choice = require_pattern(args.facts, "scaledjob")
-        settings = args.settings or ScaledJobSettings(max_replica_count=args.facts.max_replicas)
+        settings = args.settings or ScaledJobSettings(
+            max_replica_count=args.facts.max_replicas,
+            **({"polling_interval_s": args.polling_interval_s} if args.polling_interval_s is not None else {}))
         check_scaled_job_settings(settings, args.facts)
         self.service_account_name = f"{name}-worker"
         auth_name = f"{name}-sqs-auth"

@@ -109,12 +109,22 @@ def _chart_namespace(r: Res, resources: list[Res]) -> Optional[str]:
     return None
 
 
+def is_placeholder(pod: Any) -> bool:
+    """Whether a pod spec only runs the catalogue's pause image (the warm GPU floor's capacity placeholder)."""
+    from components import catalogue
+
+    containers = pod.get("containers") if isinstance(pod, dict) else None
+    return bool(containers) and all(isinstance(c, dict) and c.get("image") == catalogue.PAUSE_IMAGE
+                                    for c in containers)
+
+
 def intended_users(resources: list[Res]) -> list[tuple[Res, Optional[str], Any, str]]:
     """The pods that must run with a Pod Identity role: the KEDA operator, the Karpenter controller, every
     ScaledJob and every GPU-requesting Deployment (the workers)."""
     from .schedulability import chart_of
     by_urn = {r.urn: r for r in resources}
-    gpu = {r.urn for r, _pod, _path in gpu_pods(resources)}
+    # A warm-floor placeholder (every container the pinned pause image) only holds a GPU node: it calls no AWS API.
+    gpu = {r.urn for r, pod, _path in gpu_pods(resources) if not is_placeholder(pod)}
     out = []
     for r, ns, sa, path in workload_pods(resources):
         kind = k8s_kind(r.type)

@@ -167,3 +167,71 @@ def test_spot_only_is_fine_when_every_workload_runs_as_jobs():
 def test_which_workloads_run_as_the_consumer(facts, consumer):
     cfg = parse_config({**MINIMAL, "gpuburst:workloads": json.dumps({"w": facts})})
     assert cfg.workloads[0].runs_as_consumer is consumer
+
+
+# -- the levers: warm GPU floor, KEDA polling, Karpenter batching -----------------------------------------------------
+
+WARM = {"count": 1, "start": "0 8 * * 1-5", "end": "0 13 * * 1-5", "timezone": "Europe/London"}
+
+
+def with_(**keys):
+    return {**MINIMAL, **{f"gpuburst:{k}": json.dumps(v) for k, v in keys.items()}}
+
+
+def test_lever_defaults():
+    cfg = parse_config(MINIMAL)
+    assert cfg.warm_gpus is None
+    assert (cfg.polling_interval_s, cfg.karpenter_batch_idle_s, cfg.karpenter_batch_max_s) == (30, 1, 10)
+    for key in ("warmGpus", "pollingIntervalS", "karpenterBatchIdleS", "karpenterBatchMaxS"):
+        assert key in CONFIG_KEYS
+
+
+def test_warm_gpus_parse_into_the_frozen_dataclass():
+    from components.config import WarmGpus
+    cfg = parse_config(with_(warmGpus=WARM, pollingIntervalS=15, karpenterBatchIdleS=2, karpenterBatchMaxS=20))
+    assert cfg.warm_gpus == WarmGpus(count=1, start="0 8 * * 1-5", end="0 13 * * 1-5", timezone="Europe/London")
+    assert (cfg.polling_interval_s, cfg.karpenter_batch_idle_s, cfg.karpenter_batch_max_s) == (15, 2, 20)
+    with pytest.raises(Exception):
+        cfg.warm_gpus.count = 3  # frozen
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("warmGpus.count", {**WARM, "count": 0}, "0"),
+    ("warmGpus.count", {**WARM, "count": 65}, "65"),
+    ("warmGpus.count", {**WARM, "count": True}, "True"),
+    ("warmGpus.count", {**WARM, "count": 9}, "gpuLimit"),  # above the default gpuLimit of 8
+    ("warmGpus.start", {**WARM, "start": "0 8 * *"}, "0 8 * *"),
+    ("warmGpus.end", {**WARM, "end": "0 13 * * 1-5 2026"}, "0 13 * * 1-5 2026"),
+    ("warmGpus.end", {**WARM, "end": WARM["start"]}, "different from start"),
+    ("warmGpus.timezone", {**WARM, "timezone": "Europe/Londres"}, "Europe/Londres"),
+    ("warmGpus.timezone", {**WARM, "timezone": "../etc/passwd"}, "../etc/passwd"),
+    ("warmGpus.timezone", {**WARM, "timezone": "Europe"}, "Europe"),
+    ("warmGpus.colour", {**WARM, "colour": "red"}, "unknown warmGpus key"),
+    ("warmGpus.timezone", {k: v for k, v in WARM.items() if k != "timezone"}, "required"),
+    ("warmGpus", [1, 2], "[1, 2]"),
+])
+def test_bad_warm_gpus_name_key_and_value(key, value, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_(warmGpus=value))
+    text = one_line(e.value)
+    assert text.startswith(f"gpuburst:{key}:") and needle in text
+
+
+@pytest.mark.parametrize("keys,field,needle", [
+    ({"pollingIntervalS": 4}, "pollingIntervalS", "4"),
+    ({"pollingIntervalS": "30s"}, "pollingIntervalS", "30s"),
+    ({"karpenterBatchIdleS": 0}, "karpenterBatchIdleS", "0"),
+    ({"karpenterBatchMaxS": 601}, "karpenterBatchMaxS", "601"),
+    ({"karpenterBatchIdleS": 5, "karpenterBatchMaxS": 3}, "karpenterBatchMaxS", "karpenterBatchIdleS = 5"),
+])
+def test_bad_polling_and_batch_values(keys, field, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_(**keys))
+    text = one_line(e.value)
+    assert text.startswith(f"gpuburst:{field}:") and needle in text
+
+
+def test_prod_sets_a_warm_floor_with_its_cost_stated():
+    cfg = parse_config(stack_file("prod"), stack="prod")
+    assert cfg.warm_gpus is not None and cfg.warm_gpus.timezone == "Europe/London"
+    assert "cost" in (ROOT / "Pulumi.prod.yaml").read_text().lower()

@@ -106,7 +106,8 @@ def test_queue_policy_allows_eventbridge_rules_and_sqs_and_denies_plain_http():
 
 def test_values_put_the_controller_on_the_system_group_only():
     v = karpenter_values(cluster_name=CLUSTER, queue_name="q", region="eu-west-1")
-    assert v["settings"] == {"clusterName": CLUSTER, "interruptionQueue": "q"}
+    assert v["settings"] == {"clusterName": CLUSTER, "interruptionQueue": "q", "batchIdleDuration": "1s",
+                             "batchMaxDuration": "10s"}
     assert v["serviceAccount"] == {"create": True, "name": "karpenter"}
     assert v["replicas"] == 2 and v["dnsPolicy"] == "Default"
     assert v["nodeSelector"]["gpuburst.io/pool"] == "system"
@@ -304,3 +305,46 @@ def test_components_compose_with_the_cluster_provider():
     tags = {r.properties["resourceId"] for r in res.monitor.by_type("aws:ec2/tag:Tag")}
     assert {"subnet-0a", "subnet-0b"} <= tags
     assert nodeclass.properties["spec"]["subnetSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": CLUSTER}}]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Batch settings (gpuburst:karpenterBatchIdleS / karpenterBatchMaxS)
+# ----------------------------------------------------------------------------------------------------------------------
+
+def test_batch_settings_default_to_karpenters_and_are_written_as_durations():
+    v = karpenter_values(cluster_name=CLUSTER, queue_name="q", region="eu-west-1")
+    assert (v["settings"]["batchIdleDuration"], v["settings"]["batchMaxDuration"]) == ("1s", "10s")
+    v = karpenter_values(cluster_name=CLUSTER, queue_name="q", region="eu-west-1", batch_idle_s=3, batch_max_s=45)
+    assert (v["settings"]["batchIdleDuration"], v["settings"]["batchMaxDuration"]) == ("3s", "45s")
+
+
+def test_batch_settings_keys_are_the_charts():
+    import tarfile
+    from components.offline.charts import SHARED_CHARTS
+    archive = SHARED_CHARTS / f"karpenter-{CHARTS['karpenter'].version}.tgz"
+    if not archive.is_file():
+        pytest.skip(f"{archive} is absent")
+    with tarfile.open(archive) as t:
+        import yaml
+        chart_values = yaml.safe_load(t.extractfile("karpenter/values.yaml"))
+    assert {"batchIdleDuration", "batchMaxDuration"} <= set(chart_values["settings"])
+    assert (chart_values["settings"]["batchIdleDuration"], chart_values["settings"]["batchMaxDuration"]) == \
+        ("1s", "10s")  # our defaults are the chart's
+
+
+def test_batch_settings_reach_the_controller_chart():
+    def program():
+        Karpenter("karpenter", KarpenterArgs(cluster_name=CLUSTER, batch_idle_s=2, batch_max_s=20))
+    res = run_under_mocks(program)
+    ctl = by_name(res, "kubernetes:helm.sh/v4:Chart")["karpenter-controller"]
+    assert ctl.properties["values"]["settings"]["batchIdleDuration"] == "2s"
+    assert ctl.properties["values"]["settings"]["batchMaxDuration"] == "20s"
+
+
+@pytest.mark.parametrize("kw,field", [({"batch_idle_s": 0}, "karpenter.batch_idle_s"),
+                                      ({"batch_max_s": 601}, "karpenter.batch_max_s"),
+                                      ({"batch_idle_s": 5, "batch_max_s": 2}, "karpenter.batch_max_s")])
+def test_bad_batch_settings_are_refused_in_one_line(kw, field):
+    with pytest.raises(ConfigError) as e:
+        run_under_mocks(lambda: Karpenter("karpenter", KarpenterArgs(cluster_name=CLUSTER, **kw)))
+    assert "\n" not in str(e.value) and str(e.value).startswith(f"{field}: ")

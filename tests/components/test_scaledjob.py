@@ -231,3 +231,26 @@ def test_preview_with_unknown_outputs_still_declares_everything():
     (sj,) = res.monitor.by_type(SJ)
     assert sj.properties["spec"]["rollout"] == {"strategy": "gradual"}
     assert sj.properties["spec"]["triggers"][0]["metadata"]["queueLength"] == "1"
+
+
+def run_with_polling(polling_interval_s):
+    def program():
+        queue = aws.sqs.Queue("slides-queue", name="gpuburst-dev-slides")
+        bucket = aws.s3.Bucket("data", bucket="gpuburst-dev-data")
+        keda = Keda("keda", KedaArgs(cluster_name="gpuburst-dev"))
+        GpuScaledJob("slides", GpuScaledJobArgs(
+            cluster_name="gpuburst-dev", keda=keda, facts=facts(), namespace="gpuburst", queue_url=queue.url,
+            queue_arn=queue.arn, bucket_arn=bucket.arn, pod=WorkerPodSettings(image=IMAGE),
+            polling_interval_s=polling_interval_s))
+    return run_under_mocks(program)
+
+
+def test_polling_interval_from_the_stack_config_reaches_the_scaledjob():
+    (r,) = run_with_polling(12).monitor.by_type(SJ)
+    assert r.properties["spec"]["pollingInterval"] == 12
+    assert r.properties["spec"]["maxReplicaCount"] == facts().max_replicas  # the other defaults are kept
+
+
+def test_polling_interval_from_the_stack_config_is_checked():
+    with pytest.raises(ConfigError, match=r"^ScaledJobSettings.polling_interval_s: 2 is not valid"):
+        run_with_polling(2)

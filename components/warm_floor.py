@@ -1,0 +1,182 @@
+"""A warm GPU floor: placeholder pods a KEDA cron ScaledObject keeps up on a schedule, preempted at once by real work.
+
+How it works: a Deployment of pause pods, each requesting one `nvidia.com/gpu` and placed exactly like the worker pods
+(GPU node selector and toleration), declared with 0 replicas. A KEDA `ScaledObject` with a `cron` trigger sets it to
+`count` replicas inside the schedule and back to 0 outside it, so Karpenter keeps `count` GPU nodes up inside the
+window and empties the pool outside it. The placeholders run at `PLACEHOLDER_PRIORITY` (below 0), the workloads at
+`WORKLOAD_PRIORITY` with `PreemptLowerPriority`: a real Job that needs a GPU evicts a placeholder at once and takes its
+node, without waiting for a new one; the evicted placeholder goes Pending and Karpenter starts a replacement node, so
+the floor is headroom that refills itself while the window is open.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .catalogue import PAUSE_IMAGE
+from .keda_schema import API_VERSION as KEDA_API_VERSION
+from .pod import GPU_NODE_SELECTOR, GPU_RESOURCE, WorkerPodSettings, _quantity_cpu
+from .nodepool import GPU_TOLERATION
+from .validation import ConfigError
+
+PLACEHOLDER_NAME = "gpuburst-warm-floor"
+"""Name of the placeholder Deployment, its ScaledObject and its PriorityClass."""
+
+PLACEHOLDER_PRIORITY_CLASS = "gpuburst-warm-floor"
+"""PriorityClass of the placeholder pods."""
+
+PLACEHOLDER_PRIORITY = -10
+"""Priority of the placeholder pods: below every workload's and below 0 (pods without a class), so anything preempts
+them."""
+
+WORKLOAD_PRIORITY_CLASS = "gpuburst-workload"
+"""PriorityClass of the GPU worker pods (ScaledJob jobs and consumers) when a warm floor exists."""
+
+WORKLOAD_PRIORITY = 1000
+"""Priority of the GPU worker pods: above the placeholders, with PreemptLowerPriority so a real job evicts one."""
+
+PLACEHOLDER_UID = 65535
+"""User and group the pause image runs as (its own default, stated so the restricted Pod Security Standard holds)."""
+
+PLACEHOLDER_LABELS = {"app.kubernetes.io/name": PLACEHOLDER_NAME, "app.kubernetes.io/component": "warm-floor"}
+"""Labels of the placeholder Deployment and its pods (not the worker label: no worker NetworkPolicy, IAM or queue)."""
+
+
+def priority_class_manifest(name: str, value: int, description: str) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1 PriorityClass that preempts lower priorities (never globalDefault)."""
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": dict(PLACEHOLDER_LABELS, **{"app.kubernetes.io/name": name})},
+            "value": value, "globalDefault": False, "preemptionPolicy": "PreemptLowerPriority",
+            "description": description}
+
+
+def priority_class_manifests() -> list[dict[str, Any]]:
+    """The workloads' PriorityClass and the placeholders' (below it)."""
+    return [
+        priority_class_manifest(WORKLOAD_PRIORITY_CLASS, WORKLOAD_PRIORITY,
+                                "gpuburst GPU workers: preempt the warm-floor placeholders at once"),
+        priority_class_manifest(PLACEHOLDER_PRIORITY_CLASS, PLACEHOLDER_PRIORITY,
+                                "gpuburst warm-floor placeholders: hold GPU nodes until real work needs them"),
+    ]
+
+
+def placeholder_resources(pod: WorkerPodSettings | None = None) -> dict[str, str]:
+    """What one placeholder requests: one GPU and the worker pod's CPU, memory and ephemeral storage.
+
+    The worker's size, not a token amount: Karpenter picks the cheapest type that fits the pending pod, and a node
+    sized for a pause container (e.g. a g6.xlarge) cannot host the worker, so no real job could ever preempt onto it.
+    """
+    s = pod or WorkerPodSettings(image="")
+    return {"cpu": _quantity_cpu(s.cpu_cores), "memory": f"{s.memory_gib}Gi",
+            "ephemeral-storage": f"{s.scratch_gib + s.tmp_gib}Gi", GPU_RESOURCE: "1"}
+
+
+def placeholder_deployment_manifest(namespace: str, *, name: str = PLACEHOLDER_NAME,
+                                    pod: WorkerPodSettings | None = None) -> dict[str, Any]:
+    """The placeholder apps/v1 Deployment: 0 replicas (KEDA sets them), pause pods the worker's size with one GPU
+    each, placed like the workers."""
+    resources = placeholder_resources(pod)
+    pod_spec = {
+        "priorityClassName": PLACEHOLDER_PRIORITY_CLASS,
+        "automountServiceAccountToken": False,
+        # Nothing to finish: a preempted placeholder should free its GPU at once.
+        "terminationGracePeriodSeconds": 0,
+        "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": PLACEHOLDER_UID, "runAsGroup": PLACEHOLDER_UID,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "nodeSelector": dict(GPU_NODE_SELECTOR),
+        "tolerations": [dict(GPU_TOLERATION)],
+        "containers": [{
+            "name": "pause",
+            "image": PAUSE_IMAGE,
+            "imagePullPolicy": "IfNotPresent",
+            "resources": {"requests": dict(resources), "limits": dict(resources)},
+            "securityContext": {"runAsNonRoot": True, "runAsUser": PLACEHOLDER_UID, "runAsGroup": PLACEHOLDER_UID,
+                                "allowPrivilegeEscalation": False, "privileged": False,
+                                "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+        }],
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(PLACEHOLDER_LABELS)},
+        "spec": {
+            "replicas": 0,
+            "revisionHistoryLimit": 1,
+            "selector": {"matchLabels": dict(PLACEHOLDER_LABELS)},
+            "template": {"metadata": {"labels": dict(PLACEHOLDER_LABELS)}, "spec": pod_spec},
+        },
+    }
+
+
+def warm_floor_scaled_object_manifest(namespace: str, *, count: int, start: str, end: str, timezone: str,
+                                      name: str = PLACEHOLDER_NAME) -> dict[str, Any]:
+    """The keda.sh/v1alpha1 ScaledObject: `count` placeholder replicas between the `start` and `end` crons
+    (in `timezone`), 0 outside them."""
+    if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
+        raise ConfigError("warmGpus.count", count, "an integer >= 1")
+    return {
+        "apiVersion": KEDA_API_VERSION, "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(PLACEHOLDER_LABELS)},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicaCount": 0,
+            "maxReplicaCount": count,
+            "triggers": [{"type": "cron", "metadata": {
+                "timezone": timezone, "start": start, "end": end, "desiredReplicas": str(count)}}],
+        },
+    }
+
+
+@dataclass
+class WarmGpuFloorArgs:
+    """Inputs of WarmGpuFloor."""
+
+    namespace: str
+    """Namespace of the placeholder Deployment and its ScaledObject (the workloads'). Required."""
+    count: int
+    """GPUs (placeholder pods) kept up inside the schedule. Required."""
+    start: str
+    """Cron expression (KEDA cron `start`) at which the floor comes up. Required."""
+    end: str
+    """Cron expression (KEDA cron `end`) at which it goes back to zero. Required."""
+    timezone: str
+    """IANA time zone of the crons. Required."""
+    keda_chart: pulumi.Resource
+    """The KEDA chart (the ScaledObject CRD comes from it). Required."""
+    depends_on: list[pulumi.Resource] | None = None
+    """What the Deployment waits for (namespace, GPU NodePool, device plugin). Default none."""
+    pod: WorkerPodSettings | None = None
+    """The worker pod whose CPU, memory and ephemeral storage each placeholder reserves (with one GPU). Default None:
+    WorkerPodSettings' defaults."""
+
+
+class WarmGpuFloor(pulumi.ComponentResource):
+    """Both PriorityClasses, the placeholder Deployment and the cron ScaledObject that keeps it up on a schedule."""
+
+    def __init__(self, name: str, args: WarmGpuFloorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        scaled_object = warm_floor_scaled_object_manifest(args.namespace, count=args.count, start=args.start,
+                                                          end=args.end, timezone=args.timezone)
+        deployment = placeholder_deployment_manifest(args.namespace, pod=args.pod)
+        super().__init__("gpuburst:index:WarmGpuFloor", name, None, opts)
+        self.priority_classes: dict[str, k8s.scheduling.v1.PriorityClass] = {}
+        for m in priority_class_manifests():
+            self.priority_classes[m["metadata"]["name"]] = k8s.scheduling.v1.PriorityClass(
+                f"{name}-{m['metadata']['name']}", metadata=m["metadata"], value=m["value"],
+                global_default=m["globalDefault"], preemption_policy=m["preemptionPolicy"],
+                description=m["description"], opts=pulumi.ResourceOptions(parent=self))
+        self.workload_priority_class = self.priority_classes[WORKLOAD_PRIORITY_CLASS]
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-placeholder", metadata=deployment["metadata"], spec=deployment["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                *(args.depends_on or []), self.priority_classes[PLACEHOLDER_PRIORITY_CLASS]]))
+        self.scaled_object = k8s.apiextensions.CustomResource(
+            f"{name}-scaledobject", api_version=scaled_object["apiVersion"], kind=scaled_object["kind"],
+            metadata=scaled_object["metadata"], spec=scaled_object["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.keda_chart, self.deployment]))
+        self.priority_class_name = WORKLOAD_PRIORITY_CLASS
+        self.register_outputs({"deploymentName": PLACEHOLDER_NAME, "count": args.count,
+                               "workloadPriorityClass": WORKLOAD_PRIORITY_CLASS})
