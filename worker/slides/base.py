@@ -1,6 +1,7 @@
 """The reader-independent half of a slide: levels, µm calibration, region reads, area downsampling and colour."""
 from __future__ import annotations
 
+import abc
 import math
 import threading
 from collections import OrderedDict
@@ -159,7 +160,7 @@ def _area_axis0(a: np.ndarray, start: float, f: float, n: int) -> np.ndarray:
     return out
 
 
-class Slide:
+class Slide(abc.ABC):
     """An open slide, whatever its format; region reads may be called from many threads at once.
 
     Subclasses (one per reader) set `levels`, `reader`, `format` and the calibration, and implement `_read_raw`.
@@ -183,9 +184,9 @@ class Slide:
         self.cache = TileCache(64 * 2**20)
 
     # -- to be provided by each reader -------------------------------------------------------------------------
+    @abc.abstractmethod
     def _read_raw(self, level: Level, x: int, y: int, w: int, h: int, out: np.ndarray) -> np.ndarray:
         """Fill `out` (h, w, C) with the stored samples of region (x, y, w, h) of stored `level`; white outside."""
-        raise NotImplementedError
 
     def _raw_channels(self) -> int:
         """Samples per pixel of what _read_raw returns (3 for RGB, 1 for a single channel)."""
