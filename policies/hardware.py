@@ -5,14 +5,12 @@ from __future__ import annotations
 import posixpath
 from typing import Any, Optional
 
-from pulumi_policy import EnforcementLevel, StackValidationPolicy
-
 from components import catalogue
 
 from .gpu_nodepool import gpu_evidence
 from .resources import dig
-from .schedulability import Res, meta_name, nodeclass_index, nodepool_shapes, stack_resources
-from .unknowns import UNKNOWN, guard_stack, unknown_message
+from .schedulability import Res, meta_name, nodeclass_index, nodepool_shapes, plan_policy
+from .unknowns import UNKNOWN, unknown_message
 
 NAME = "worker-image-gpu-support"
 IMAGE = "docker-build:index:Image"
@@ -112,12 +110,8 @@ def hardware_findings(resources: list[Res], facts: Optional[dict] = None, torch_
     return out
 
 
-POLICY = StackValidationPolicy(
-    name=NAME,
-    description="The worker image's torch build must support every GPU a GPU NodePool may launch (compute "
-                "capability) and the AMI's NVIDIA driver must be new enough for its CUDA.",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard_stack(lambda args: hardware_findings(stack_resources(args))),
-)
+POLICY = plan_policy(
+    NAME, "The worker image's torch build must support every GPU a GPU NodePool may launch (compute capability) and "
+          "the AMI's NVIDIA driver must be new enough for its CUDA.", hardware_findings)
 
 POLICIES = [POLICY]

@@ -859,22 +859,24 @@ def controller_findings(resources: list[Res], facts: Optional[dict] = None) -> l
     return out
 
 
-def _policy(name: str, description: str, findings) -> StackValidationPolicy:
+def plan_policy(name: str, description: str, findings) -> StackValidationPolicy:
+    """A mandatory stack policy reporting `findings(resources)` -> [(urn, message)] over the whole plan (the wiring,
+    schedulability and hardware rules all take this shape)."""
     return StackValidationPolicy(name=name, description=description, enforcement_level=EnforcementLevel.MANDATORY,
                                  validate=guard_stack(lambda args: findings(stack_resources(args))))
 
 
-SCHEDULABLE_POLICY = _policy(
+SCHEDULABLE_POLICY = plan_policy(
     SCHEDULABLE_NAME, "Every pod requesting nvidia.com/gpu must match a NodePool (labels, requirements, taints) and "
                       "fit the allocatable CPU, memory, ephemeral storage and GPUs of one of its instance types, "
                       "less the DaemonSets on those nodes.", schedulable_findings)
-DIVERSITY_POLICY = _policy(
+DIVERSITY_POLICY = plan_policy(
     DIVERSITY_NAME, "A GPU pod must fit at least two admitted instance types, whatever the NodePool's list says.",
     diversity_findings)
-DEVICE_PLUGIN_POLICY = _policy(
+DEVICE_PLUGIN_POLICY = plan_policy(
     DEVICE_PLUGIN_NAME, "The NVIDIA device plugin DaemonSet's nodeSelector, affinity and tolerations must admit "
                         "every GPU NodePool's labels and taints.", device_plugin_findings)
-CONTROLLER_POLICY = _policy(
+CONTROLLER_POLICY = plan_policy(
     CONTROLLER_NAME, "The Karpenter controller must not be able to land on a Karpenter node; it and KEDA must run on "
                      "the system node group.", controller_findings)
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from pulumi_policy import EnforcementLevel, StackValidationPolicy
-
 from .resources import (CLUSTER_TRIGGER_AUTHENTICATION, POD_TEMPLATE_PATHS, SCALED_JOB, SCALED_OBJECT,
                         TRIGGER_AUTHENTICATION, dig, fmt, is_kind, join_path, k8s_kind, triggers)
-from .schedulability import (Res, charts, describe_res, gpu_pods, meta_name, meta_namespace, rendered,
-                             stack_resources)
-from .unknowns import UNKNOWN, guard_stack, unknown_message
+from .schedulability import (Res, charts, describe_res, gpu_pods, meta_name, meta_namespace, plan_policy, rendered)
+from .unknowns import UNKNOWN, unknown_message
 
 POD_IDENTITY_NAME = "pod-identity-wiring"
 KEDA_AUTH_NAME = "keda-auth-wiring"
@@ -381,16 +378,11 @@ def keda_auth_findings(resources: list[Res]) -> list[tuple[str, str]]:
     return out
 
 
-def _policy(name: str, description: str, findings) -> StackValidationPolicy:
-    return StackValidationPolicy(name=name, description=description, enforcement_level=EnforcementLevel.MANDATORY,
-                                 validate=guard_stack(lambda args: findings(stack_resources(args))))
-
-
-POD_IDENTITY_POLICY = _policy(
+POD_IDENTITY_POLICY = plan_policy(
     POD_IDENTITY_NAME, "Every EKS Pod Identity association names a ServiceAccount the plan creates and a pod runs as; "
                        "the KEDA operator, Karpenter controller and GPU workers run as an associated ServiceAccount.",
     pod_identity_findings)
-KEDA_AUTH_POLICY = _policy(
+KEDA_AUTH_POLICY = plan_policy(
     KEDA_AUTH_NAME, "Every KEDA authenticationRef resolves to a (Cluster)TriggerAuthentication in the plan, and every "
                     "podIdentity.roleArn names a role in the plan that trusts the KEDA operator's role.",
     keda_auth_findings)

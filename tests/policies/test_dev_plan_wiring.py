@@ -16,20 +16,9 @@ from policies.schedulability import Res
 from policies.unknowns import plain
 
 ROOT = Path(__file__).resolve().parents[2]
-SYNTH_TIMEOUT_S = 300
 RULES = [wiring.pod_identity_findings, wiring.keda_auth_findings, schedulability.schedulable_findings,
          schedulability.diversity_findings, schedulability.device_plugin_findings, schedulability.controller_findings,
          hardware.hardware_findings]
-
-
-@pytest.fixture(scope="module")
-def dev_plan(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("synth")
-    result = subprocess.run([sys.executable, "-m", "components", "synth", "--stack", "dev", "--out", str(out)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=SYNTH_TIMEOUT_S,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert result.returncode == 0, f"the synth failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
-    return json.loads((out / "plan.json").read_text(encoding="utf-8"))
 
 
 def as_res(plan: dict) -> list[Res]:

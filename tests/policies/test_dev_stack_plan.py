@@ -12,23 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SYNTH_TIMEOUT_S = 300
 IT = "node.kubernetes.io/instance-type"
-
-
-@pytest.fixture(scope="module")
-def dev_plan(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("synth")
-    result = subprocess.run([sys.executable, "-m", "components", "synth", "--stack", "dev", "--out", str(out)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=SYNTH_TIMEOUT_S,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert result.returncode == 0, f"the synth failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
-    plan_path = out / "plan.json"
-    assert plan_path.is_file(), f"the synth wrote no {plan_path}"
-    return json.loads(plan_path.read_text(encoding="utf-8"))
 
 
 def test_dev_plan_has_the_resources_the_rules_judge(dev_plan):
