@@ -84,37 +84,57 @@ def _verify(argv: list[str]) -> int:
 
 
 def _plan_burst(argv: list[str]) -> int:
+    """`plan-burst`: the burst planner's report (table, --json, --out PNGs); 2 with a one-line error."""
     import json
+    import textwrap
 
     from .config import parse_config
     from .offline.synth import SynthError, read_stack_config
-    from .planner import STAGES, parse_burst, parse_set, plan_stack, plans_json, plans_table, write_timeline
+    from .planner import TRACE_FORMAT as TRACE_HELP
+    from .planner import (STAGES, Trace, parse_burst, parse_set, parse_trace, plan_stack, plans_json, plans_table,
+                          write_timeline)
     from .validation import ConfigError
 
     parser = argparse.ArgumentParser(
         prog="python -m components plan-burst",
-        description="Model a burst through the stack as configured (KEDA poll, Karpenter NodeClaim, EC2 launch, GPU "
-                    "registration, image pull, model load, inference, consolidation) and report, per workload, the "
-                    "time to the first and last result, GPU node-seconds billed and cost, as a ScaledJob and as one "
-                    "consumer. Deterministic: no clock, no network.")
+        description=textwrap.fill(
+                    "Model a burst, or a recorded trace of arrivals, through the stack as configured (KEDA poll, "
+                    "Karpenter NodeClaim, EC2 launch, GPU registration, image pull, model load, inference, "
+                    "consolidation) and report, per workload, the time to the first and last result, the per-message "
+                    "latency (mean, p95, max), nodes launched, GPU node-seconds billed and cost, as a ScaledJob and as "
+                    "one consumer. Deterministic: no clock, no network.", 79),
+        # Raw so the CSV example keeps its lines; the prose is wrapped here instead.
+        epilog=textwrap.fill("--trace CSV format: " + TRACE_HELP + ".", 79) + "\nExample:\n  at,items,workload\n"
+               "  2026-01-05T09:00:00Z,20,studies\n  2026-01-05T10:00:00Z,20,studies",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml to read (default: dev)")
     parser.add_argument("--stack-file", type=Path, default=None, help="read the config from this YAML file instead")
     parser.add_argument("--workload", default=None, help="plan only this workload (default: all)")
     parser.add_argument("--burst", action="append", default=[], metavar="N@ISO-DATETIME",
                         help="a burst of N messages at that time (repeatable; default: one burst of each workload's "
                              "burstItems, at no time, so the warm floor is not applied)")
+    parser.add_argument("--trace", type=Path, default=None, metavar="CSV",
+                        help="a recorded arrival pattern instead of bursts (not with --burst): times are from its "
+                             "first arrival; format below")
     parser.add_argument("--warm", action="store_true",
                         help="nodes up with the image cached and KEDA's poll zeroed: the chooser's seed model")
     parser.add_argument("--set", action="append", default=[], metavar="STAGE=SECONDS", dest="sets",
                         help=f"override a stage's seconds (after --warm); stages: {', '.join(STAGES)}")
-    parser.add_argument("--out", type=Path, default=None, help="also write a PNG timeline per workload and burst here")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="also write a PNG timeline per workload and burst here (plan-burst-<workload>-<n>.png; a "
+                             "trace: plan-burst-<workload>-trace.png)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
     try:
         bursts = [parse_burst(b) for b in args.burst]
+        if args.trace is not None and bursts:
+            raise ConfigError("--trace", str(args.trace), "not with --burst (a trace is the whole arrival pattern: "
+                                                          "give one or the other)")
+        trace = parse_trace(args.trace) if args.trace is not None else None
         overrides = dict(parse_set(s) for s in args.sets)
         config = parse_config(read_stack_config(args.stack, stack_file=args.stack_file), stack=args.stack)
-        plans = plan_stack(config, workload=args.workload, bursts=bursts, warm=args.warm, overrides=overrides)
+        plans = plan_stack(config, workload=args.workload, bursts=bursts, warm=args.warm, overrides=overrides,
+                           trace=trace)
     except (SynthError, ConfigError) as e:
         print(f"plan-burst: {e}", file=sys.stderr)
         return 2
@@ -122,7 +142,8 @@ def _plan_burst(argv: list[str]) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         for name, per_burst in plans.items():
             for i, wp in enumerate(per_burst, 1):
-                write_timeline(wp, args.out / f"plan-burst-{name}-{i}.png")
+                suffix = "trace" if isinstance(wp.burst, Trace) else i
+                write_timeline(wp, args.out / f"plan-burst-{name}-{suffix}.png")
     print(json.dumps(plans_json(plans), indent=2) if args.json else plans_table(plans))
     return 0
 
@@ -137,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
               "  synth   render the whole stack offline under Pulumi mocks (out/plan.json, out/manifests/)\n"
               "  charts  `charts pull`: fill the chart cache with the pinned Helm charts (online)\n"
               "  verify  post-upgrade checks against the live cluster and AWS (exit 1 on any failure)\n"
-              "  plan-burst  model a burst: time to first/last result and cost, ScaledJob vs consumer\n\n"
+              "  plan-burst  model a burst or a trace: time to first/last result, latency and cost, ScaledJob vs "
+              "consumer\n\n"
               "Run `python -m components COMMAND --help` for a command's options.",
               file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2

@@ -25,8 +25,40 @@ KEDA_VERSION = "2.20.2"
 NVIDIA_DEVICE_PLUGIN_VERSION = "0.18.0"
 """NVIDIA k8s-device-plugin chart version (advertises `nvidia.com/gpu` on GPU nodes)."""
 
-WORKER_BASE_IMAGE = "nvidia/cuda:12.8.1-runtime-ubuntu24.04"
-"""Base image of worker/Dockerfile (passed as the BASE_IMAGE build arg): the CUDA runtime the CUDA torch build needs."""
+WORKER_BASE_IMAGE = ("python:3.11.14-slim-bookworm"
+                     "@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d")
+"""Base image of worker/Dockerfile (the BASE_IMAGE build arg): CPython 3.11 (the version the worker is tested on) on
+Debian 12 slim, by its multi-platform index digest. Not a CUDA image: torch 2.13's CUDA 13 wheels bring their own CUDA
+libraries and the NVIDIA container toolkit mounts the host's driver, so the smallest base that runs Python and glibc
+>= 2.28 (the wheels' manylinux floor) is all the worker needs (the CUDA 12.8 runtime base it replaced carried a second
+CUDA nothing loaded)."""
+
+WORKER_BASE_IMAGE_BYTES = 42_000_000
+"""ESTIMATE, not measured here (no registry access offline): compressed size of the base image for linux/amd64,
+~42 MB (Debian 12 slim ~28 MB + CPython ~14 MB, as Docker Hub lists the 3.11-slim-bookworm tags)."""
+
+WORKER_IMAGE_LAYER_BYTES: dict[str, int] = {
+    # Written by scripts/lock_worker_image.py; tests/components/test_image_layers.py re-adds the sizes recorded in
+    # worker/image/*.txt and fails when a re-lock was not copied here.
+    "10-cublas.txt": 423_138_758,
+    "11-cudnn.txt": 366_173_588,
+    "12-cufft-curand.txt": 273_629_747,
+    "13-nccl-nvshmem.txt": 266_388_546,
+    "14-cusolver.txt": 200_941_980,
+    "15-cusparse.txt": 316_091_523,
+    "16-cuda-small.txt": 159_644_791,
+    "20-triton.txt": 197_701_306,
+    "30-torch.txt": 526_574_961,
+    "40-worker.txt": 85_029_107,
+}
+"""Expected compressed size in bytes of each Python layer of the worker image (one per worker/image lock file): the
+sum of its wheels' sizes on PyPI (the simple index's PEP 700 `size`, read 2026-12-01). A layer is a gzip of the
+unpacked wheels, so its size is close to but not exactly this (an estimate). Whole image: these plus
+`WORKER_BASE_IMAGE_BYTES` and the worker's own code (< 1 MB): ~2.86 GB compressed, largest layer torch at 0.53 GB."""
+
+WORKER_CODE_LAYER_BYTES = 2_000_000
+"""Upper bound of the worker's own layers (worker/ sources, the built-in model, bytecode), in bytes; a test holds the
+sources under it uncompressed."""
 
 WORKER_PYTHON_REQUIREMENTS = "worker/requirements.txt"
 """Where the worker image's Python pins live (torch, tifffile, ...): the Dockerfile installs exactly that file."""
@@ -529,15 +561,68 @@ class StageDuration:
 _DATA_ON_EKS = ("data-on-eks, Ray batch inference on g6e.2xlarge (2026), from Kubernetes event timestamps "
                 "(~6 min 33 s pod created to serving on a fresh node, ~2 min 30 s on a warm node with the image cached)")
 
+# The image pull model: how long a node takes to pull the worker image, from its layer sizes.
+PULL_ONE_STREAM_BYTES_PER_S = 11.6e9 / 121
+"""Bytes per second of a pull that fetches and unpacks one layer stream at a time (containerd's default): data-on-eks'
+11.6 GB image in 2 min 01 s, ~96 MB/s. Also the rate of ONE layer under a parallel pull (a layer decompresses on one
+core), so a parallel pull can never beat its largest layer at this rate."""
+
+PULL_PARALLEL_BYTES_PER_S = 9.35e9 / 40
+"""Bytes per second of a SOCI parallel pull (nodeadm `FastImagePull`) across layers: karpenter-blueprints' 9.35 GB image
+in 40 s on AL2023 (from 2 min 11 s without), ~234 MB/s, on storage fast enough for it (see
+`FAST_IMAGE_PULL_MIN_EBS_MIBPS`). The same source saw no gain for an image whose largest layer was 4.7 GB."""
+
+FAST_IMAGE_PULL_MIN_EBS_MIBPS = 600
+"""Root-volume throughput below which nodeadm's docs warn FastImagePull may make pulls SLOWER (awslabs/amazon-eks-ami
+nodeadm/doc/examples.md, "Enabling fast image pull": "at least 600MiB/s")."""
+
+FAST_IMAGE_PULL_MIN_VCPU = 4
+"""nodeadm ignores FastImagePull on instances with fewer vCPUs (nodeadm/internal/containerd/config.go
+UseSOCISnapshotter: >= 4000 millicores)."""
+
+FAST_IMAGE_PULL_MIN_MEMORY_GIB = 7
+"""... or with less memory than this, in GiB (same function: >= 7 GiB online)."""
+
+GP3_BASELINE_THROUGHPUT_MIBPS = 125
+"""gp3's baseline throughput, MiB/s: the GPU EC2NodeClass's root volume default (`ec2_nodeclass_manifest`)."""
+
+NODECONFIG_FEATURE_GATES = ("InstanceIdNodeName", "FastImagePull")
+"""The feature gates nodeadm's NodeConfig accepts (awslabs/amazon-eks-ami nodeadm/api/v1alpha1/nodeconfig_types.go,
+kubebuilder enum of `Feature`); a NodeConfig with another gate is refused by nodeadm at boot."""
+
+
+def worker_image_bytes() -> tuple[int, ...]:
+    """Expected compressed size of every layer of the worker image, in bytes: base, Python layers, the worker's code."""
+    return (WORKER_BASE_IMAGE_BYTES, *WORKER_IMAGE_LAYER_BYTES.values(), WORKER_CODE_LAYER_BYTES)
+
+
+def image_pull_seconds(layer_bytes: Iterable[int], *, parallel: bool) -> float:
+    """Seconds to pull an image of these compressed layers onto a node that does not have it.
+
+    One stream: total / `PULL_ONE_STREAM_BYTES_PER_S`. Parallel (FastImagePull on fast enough storage):
+    max(total / `PULL_PARALLEL_BYTES_PER_S`, largest layer / `PULL_ONE_STREAM_BYTES_PER_S`): the layers overlap, but
+    each still unpacks on one core, so the largest sets the floor.
+    """
+    sizes = [int(b) for b in layer_bytes]
+    if not sizes or any(b < 0 for b in sizes):
+        raise ValueError(f"layer_bytes: {sizes!r} is not valid: one or more sizes >= 0")
+    total = sum(sizes)
+    if not parallel:
+        return total / PULL_ONE_STREAM_BYTES_PER_S
+    return max(total / PULL_PARALLEL_BYTES_PER_S, max(sizes) / PULL_ONE_STREAM_BYTES_PER_S)
+
+
 STAGE_DURATIONS: dict[str, StageDuration] = {s.stage: s for s in (
     StageDuration("poll", 30, "KEDA ScaledJob spec.pollingInterval default (30 s); a message waits up to one interval "
                               "(the planner takes the worst case); the workload's configured value wins"),
     StageDuration("nodeclaim", 13, f"pod created to NodeClaim created (Karpenter batch window included): {_DATA_ON_EKS}"),
     StageDuration("ec2_ready", 40, f"EC2 launch to node Ready: {_DATA_ON_EKS}"),
     StageDuration("gpu_registered", 36, f"node Ready to nvidia.com/gpu allocatable (device plugin): {_DATA_ON_EKS}"),
-    StageDuration("image_pull", 121, f"11.6 GB image pull, 2 min 01 s: {_DATA_ON_EKS}; with SOCI parallel pull on "
-                                     "AL2023 a 9.35 GB pull fell from 2 min 11 s to 40 s (karpenter-blueprints): "
-                                     "`--set image_pull=40`"),
+    StageDuration("image_pull", round(image_pull_seconds(worker_image_bytes(), parallel=True)),
+                  "the worker image (WORKER_IMAGE_LAYER_BYTES: ~2.86 GB compressed, largest layer 0.53 GB) pulled in "
+                  "parallel (FastImagePull on the NVMe RAID0, the stack's default) at PULL_PARALLEL_BYTES_PER_S "
+                  "(karpenter-blueprints, 9.35 GB in 40 s); without FastImagePull the planner uses one stream at "
+                  f"PULL_ONE_STREAM_BYTES_PER_S (11.6 GB in 2 min 01 s: {_DATA_ON_EKS})"),
 )}
 """Default durations of the node and image stages of a cold start (the model load is the workload's `modelLoadS`,
 inference its `secondsPerItem`); `plan-burst --set STAGE=SECONDS` overrides any of them."""

@@ -137,6 +137,54 @@ def _parse_warm_gpus(value: Any) -> WarmGpus:
     return WarmGpus(**{k: value[k] for k in _WARM_KEYS})
 
 
+# -- burstBudget: the time budget `verify --check burst` judges a measured burst against ---------------------------
+
+_BUDGET_KEYS = ("firstResultS", "lastResultS")
+BURST_BUDGET_MAX_S = 86_400
+"""Longest budget a stack may set, seconds (a day: a burst slower than that is not a burst)."""
+
+
+@dataclass(frozen=True)
+class BurstBudget:
+    """How long a burst of verify's probe slides may take, from sending to results (`verify --check burst`)."""
+
+    first_result_s: float
+    """Seconds from sending the burst to the first probe's result summary in S3, > 0 and <= BURST_BUDGET_MAX_S.
+    Required (no default: without a burstBudget, verify uses the planner's cold prediction x 1.5)."""
+    last_result_s: float
+    """Seconds from sending the burst to the last probe's result summary, >= first_result_s and <=
+    BURST_BUDGET_MAX_S. Required (no default, as above)."""
+
+
+def _is_budget_s(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= BURST_BUDGET_MAX_S
+
+
+def _budget_rules() -> list[Rule]:
+    return [
+        Rule("firstResultS", _is_budget_s, f"seconds > 0 and <= {BURST_BUDGET_MAX_S} (burst sent to first result)"),
+        Rule("lastResultS", _is_budget_s, f"seconds > 0 and <= {BURST_BUDGET_MAX_S} (burst sent to last result)"),
+    ]
+
+
+def _parse_burst_budget(value: Any) -> BurstBudget:
+    where = f"{NAMESPACE}:burstBudget"
+    if not isinstance(value, dict):
+        raise ConfigError(where, value, "a mapping with firstResultS and lastResultS (seconds)")
+    for key in value:
+        if key not in _BUDGET_KEYS:
+            raise ConfigError(f"{where}.{key}", value[key], f"unknown burstBudget key; known keys: "
+                                                             f"{catalogue.join(_BUDGET_KEYS)}")
+    for key in _BUDGET_KEYS:
+        if key not in value:
+            raise ConfigError(f"{where}.{key}", None, f"required: burstBudget needs {catalogue.join(_BUDGET_KEYS)}")
+    validate(value, _budget_rules(), where + ".")
+    if value["lastResultS"] < value["firstResultS"]:
+        raise ConfigError(f"{where}.lastResultS", value["lastResultS"],
+                          f"seconds >= firstResultS = {value['firstResultS']} (the last result cannot come first)")
+    return BurstBudget(first_result_s=float(value["firstResultS"]), last_result_s=float(value["lastResultS"]))
+
+
 def _default_workloads() -> tuple[WorkloadConfig, ...]:
     return (
         WorkloadConfig(name="slides", items_independent=True, ordered=False, stateful=False, burst_items=200),
@@ -198,8 +246,19 @@ class StackConfig:
     karpenter_batch_max_s: int = 10
     """Karpenter `settings.batchMaxDuration`, seconds: the longest a provisioning batch may grow, 1-600 and at least
     karpenter_batch_idle_s. Default: 10 (Karpenter's)."""
+    gpu_instance_store_policy: str = "RAID0"
+    """EC2NodeClass `instanceStorePolicy` of GPU nodes: `RAID0` puts kubelet, containerd and SOCI state on a RAID0 of
+    the instance's local NVMe (every catalogued GPU type has some), so image layers are written at NVMe speed instead
+    of the gp3 root volume's 125 MiB/s, and ephemeral storage is the NVMe's size; `none` keeps them on the root
+    volume. Default: RAID0."""
+    fast_image_pull: bool = True
+    """Turn on AL2023 nodeadm's `FastImagePull` feature gate (SOCI parallel pull and unpack) in the GPU nodes'
+    NodeConfig user data. Needs the image store on the RAID0 or a root volume of >= 600 MiB/s (nodeadm's advice:
+    slower below), so it is refused with `gpuInstanceStorePolicy: none`. Default: true."""
     warm_gpus: WarmGpus | None = None
     """A warm GPU floor (placeholder pods kept up on a cron schedule). Default: None (the GPU pool scales to zero)."""
+    burst_budget: BurstBudget | None = None
+    """The time budget of `verify --check burst`. Default: None (verify uses the planner's cold prediction x 1.5)."""
 
     @property
     def name_prefix(self) -> str:
@@ -230,7 +289,10 @@ _KEYS: dict[str, str] = {
     "pollingIntervalS": "polling_interval_s",
     "karpenterBatchIdleS": "karpenter_batch_idle_s",
     "karpenterBatchMaxS": "karpenter_batch_max_s",
+    "gpuInstanceStorePolicy": "gpu_instance_store_policy",
+    "fastImagePull": "fast_image_pull",
     "warmGpus": "warm_gpus",
+    "burstBudget": "burst_budget",
 }
 _WORKLOAD_KEYS: dict[str, str] = {
     "itemsIndependent": "items_independent", "ordered": "ordered", "stateful": "stateful",
@@ -293,6 +355,9 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
         Rule("pollingIntervalS", is_int_between(5, 3600), "seconds from 5 to 3600 (KEDA's ScaledJob pollingInterval)"),
         Rule("karpenterBatchIdleS", is_int_between(1, 600), "seconds from 1 to 600 (Karpenter batchIdleDuration)"),
         Rule("karpenterBatchMaxS", is_int_between(1, 600), "seconds from 1 to 600 (Karpenter batchMaxDuration)"),
+        Rule("gpuInstanceStorePolicy", lambda v: v in ("RAID0", "none"),
+             "RAID0 (local NVMe for kubelet and containerd) or none (the root volume)"),
+        Rule("fastImagePull", lambda v: isinstance(v, bool), "true or false (nodeadm's FastImagePull feature gate)"),
     ]
 
 
@@ -360,6 +425,8 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
             kwargs[name] = tuple(_parse_workload(n, w) for n, w in value.items())
         elif name == "warm_gpus":
             kwargs[name] = _parse_warm_gpus(value)
+        elif name == "burst_budget":
+            kwargs[name] = _parse_burst_budget(value)
         elif isinstance(value, list):
             kwargs[name] = tuple(value)
         else:
@@ -372,6 +439,11 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
         raise ConfigError(prefix + "karpenterBatchMaxS", cfg.karpenter_batch_max_s,
                           f"seconds >= karpenterBatchIdleS = {cfg.karpenter_batch_idle_s} (the idle window ends a "
                           "batch that the max window still allows)")
+    if cfg.fast_image_pull and cfg.gpu_instance_store_policy != "RAID0":
+        raise ConfigError(prefix + "fastImagePull", cfg.fast_image_pull,
+                          f"false when gpuInstanceStorePolicy is {cfg.gpu_instance_store_policy!r}: a parallel pull "
+                          f"onto the {catalogue.GP3_BASELINE_THROUGHPUT_MIBPS} MiB/s root volume is slower, not faster (nodeadm "
+                          f"advises >= {catalogue.FAST_IMAGE_PULL_MIN_EBS_MIBPS} MiB/s)")
     if cfg.warm_gpus is not None and cfg.warm_gpus.count > cfg.gpu_limit:
         raise ConfigError(prefix + "warmGpus.count", cfg.warm_gpus.count,
                           f"at most gpuLimit = {cfg.gpu_limit} (a floor above the NodePool's limit never comes up)")

@@ -12,7 +12,7 @@ from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from .image import WorkerImage, WorkerImageArgs
 from .karpenter import Karpenter, KarpenterArgs
 from .keda import Keda, KedaArgs
-from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs
+from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, instance_store_policy_for
 from .nodepool import GpuNodePool, GpuNodePoolArgs
 from .pod import WorkerPodSettings
 from .queue import WorkQueue, WorkQueueArgs
@@ -70,7 +70,10 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             batch_max_s=config.karpenter_batch_max_s), opts=in_cluster)
         self.nodeclass = Ec2NodeClass(f"{name}-gpu-nodeclass", Ec2NodeClassArgs(
             node_role=self.karpenter.node_role_name, cluster_name=prefix, crd_chart=self.karpenter.crd_chart,
-            ami_alias=config.ami_alias, tags=tags), opts=in_cluster)
+            ami_alias=config.ami_alias, tags=tags,
+            instance_store_policy=(instance_store_policy_for(config.gpu_instance_types)
+                                   if config.gpu_instance_store_policy == "RAID0" else None),
+            fast_image_pull=config.fast_image_pull), opts=in_cluster)
         self.nodepool = GpuNodePool(f"{name}-gpu-nodepool", GpuNodePoolArgs(
             nodeclass_name=self.nodeclass.nodeclass_name, crd_chart=self.karpenter.crd_chart,
             gpu_limit=config.gpu_limit, instance_types=config.gpu_instance_types,

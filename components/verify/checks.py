@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import gpu, gpujob, hardware, iam, keda, versions
+from . import burst, gpu, gpujob, hardware, iam, keda, versions
 from .model import FAIL, SKIPPED, CheckResult, Clock, RealClock, VerifySettings
 
 
@@ -24,6 +24,8 @@ class Check:
     """Runs the check against the live cluster / AWS."""
     needs_kube: bool = True
     """False when the check talks to AWS only (it then runs without a reachable cluster)."""
+    opt_in: bool = False
+    """True when the check runs only when named with `--check NAME` (it costs money or sends real work)."""
 
 
 CHECKS: tuple[Check, ...] = (
@@ -44,10 +46,24 @@ CHECKS: tuple[Check, ...] = (
     Check(hardware.NAME, "every GPU node is an instance type the NodePool's requirements admit and was booted from "
                          "the NVIDIA variant of the expected AMI family (EC2's image name, not the node's word)",
           hardware.run),
+    Check(burst.NAME, "OPT-IN (--check burst; it sends real probe slides and may start GPU nodes): N small probe "
+                      "slides sent to a workload's queue all come back as results within the budget "
+                      "(gpuburst:burstBudget, else the planner's cold prediction x 1.5); prints the measured "
+                      "timeline (Job created, NodeClaim created/Registered/Initialized, image pulled, model load, "
+                      "per item, first and last result) beside the planner's prediction; probe objects and "
+                      "messages are always removed", burst.run, opt_in=True),
 )
 """Every check, in the order they run."""
 
 CHECK_NAMES = tuple(c.name for c in CHECKS)
+OPT_IN_NAMES = tuple(c.name for c in CHECKS if c.opt_in)
+"""Checks that run only when named with --check."""
+
+
+def selected(only: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[Check]:
+    """The checks a run runs, in table order: those named by `only` (--check), else every check that is not opt-in;
+    the ones in `skip` are included (run_checks reports them as skipped)."""
+    return [c for c in CHECKS if (c.name in only if only else not c.opt_in)]
 
 
 @dataclass
@@ -85,11 +101,12 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def run_checks(ctx: Context, skip: tuple[str, ...] = (), on_result: Callable[[CheckResult], None] | None = None
-               ) -> list[CheckResult]:
-    """Run every check not skipped, in order; an exception inside one check fails that check only."""
+def run_checks(ctx: Context, skip: tuple[str, ...] = (), on_result: Callable[[CheckResult], None] | None = None,
+               only: tuple[str, ...] = ()) -> list[CheckResult]:
+    """Run the selected checks (see `selected`) not skipped, in order; an exception inside one check fails that
+    check only."""
     results = []
-    for check in CHECKS:
+    for check in selected(only, skip):
         if check.name in skip:
             result = CheckResult(check.name, SKIPPED, "skipped by --skip", [f"--skip {check.name}"])
         else:

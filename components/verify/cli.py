@@ -16,7 +16,8 @@ import tempfile
 import textwrap
 from typing import Any, Callable, TextIO
 
-from .checks import CHECK_NAMES, CHECKS, Context, run_checks
+from .burst import MAX_PROBES
+from .checks import CHECK_NAMES, CHECKS, OPT_IN_NAMES, Context, run_checks, selected
 from .model import FAIL, CheckResult, Clock, VerifySettings, Workload
 
 PROG = "python -m components verify"
@@ -29,6 +30,7 @@ STACK_OUTPUTS = {
     "worker_role_arns": "workerRoleArns",
     "worker_image": "imageRef",
     "results_bucket": "resultsBucket",
+    "slides_bucket": "slidesBucket",
     "results_prefix": "resultsPrefix",
     "nodepool": "gpuNodePool",
     "namespace": "namespace",
@@ -41,9 +43,10 @@ class UsageError(Exception):
 
 
 def _epilog() -> str:
-    lines = ["checks (run in this order; --skip NAME leaves one out):"]
+    lines = ["checks (run in this order; --skip NAME leaves one out, --check NAME runs only the named ones;",
+             "an opt-in check runs only when named with --check):"]
     for c in CHECKS:
-        lines.append(f"  {c.name}")
+        lines.append(f"  {c.name}" + ("  (opt-in: --check " + c.name + ")" if c.opt_in else ""))
         lines += textwrap.wrap(c.proves, 100, initial_indent="      ", subsequent_indent="      ")
     lines += [
         "",
@@ -83,7 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--namespace", help="namespace of the ScaledJobs and the verify Job (default: the stack's "
                                          "namespace, else gpuburst)")
     src.add_argument("--region", help="AWS region (default: from the queue URL, else AWS_REGION)")
+    src.add_argument("--slides-bucket", help="bucket the burst check uploads its probe slides to (default: the "
+                                             "stack's slidesBucket)")
+    src.add_argument("--slides-prefix", default="slides/", help="key prefix of slides there (default: slides/)")
+    src.add_argument("--stack-file", help="the stack's Pulumi.<stack>.yaml for the burst check's prediction and "
+                                          "budget (default: Pulumi.<--stack>.yaml in --pulumi-dir)")
     how = p.add_argument_group("how")
+    how.add_argument("--check", action="append", default=[], metavar="CHECK",
+                     help=f"run only CHECK (repeatable or comma-separated): {', '.join(CHECK_NAMES)}; the opt-in "
+                          f"check(s) {', '.join(OPT_IN_NAMES)} run only when named here")
     how.add_argument("--skip", action="append", default=[], metavar="CHECK",
                      help=f"do not run CHECK (repeatable or comma-separated): {', '.join(CHECK_NAMES)}")
     how.add_argument("--json", action="store_true", help="print a JSON list of {name, status, summary, evidence}")
@@ -97,6 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--poll-interval-s", type=float, default=5.0, help="seconds between looks (default: 5)")
     how.add_argument("--connect-timeout-s", type=float, default=5.0,
                      help="connect timeout to the Kubernetes API, no retries (default: 5)")
+    b = p.add_argument_group("burst (opt-in: --check burst sends real probe slides through the queue and may start "
+                             "GPU nodes; it costs GPU time)")
+    b.add_argument("--burst-probes", type=int, default=2, metavar="N",
+                   help=f"probe slides sent at once, 1-{MAX_PROBES} (default: 2)")
+    b.add_argument("--burst-workload", metavar="NAME",
+                   help="workload whose queue gets the burst (default: the first ScaledJob workload of the config)")
+    b.add_argument("--burst-first-result-s", type=float, metavar="S",
+                   help="budget: seconds to the first result (default: gpuburst:burstBudget.firstResultS, else the "
+                        "planner's cold prediction x 1.5)")
+    b.add_argument("--burst-last-result-s", type=float, metavar="S",
+                   help="budget: seconds to the last result (default: gpuburst:burstBudget.lastResultS, else the "
+                        "planner's cold prediction x 1.5)")
+    b.add_argument("--burst-timeout-s", type=float, metavar="S",
+                   help="longest wait for the results (default: the last-result budget + --probe-margin-s)")
     return p
 
 
@@ -145,6 +170,19 @@ def settings_from(args: argparse.Namespace, outputs: dict[str, Any], tmpdir: str
     unknown = [s for s in skip if s not in CHECK_NAMES]
     if unknown:
         raise UsageError(f"--skip {unknown[0]!r} is not a check (checks: {', '.join(CHECK_NAMES)})")
+    only: list[str] = []
+    for item in args.check:
+        only += [s.strip() for s in item.split(",") if s.strip()]
+    unknown = [s for s in only if s not in CHECK_NAMES]
+    if unknown:
+        raise UsageError(f"--check {unknown[0]!r} is not a check (checks: {', '.join(CHECK_NAMES)})")
+    if not 1 <= args.burst_probes <= MAX_PROBES:
+        raise UsageError(f"--burst-probes {args.burst_probes} is not valid: an integer from 1 to {MAX_PROBES}")
+    for flag, value in (("--burst-first-result-s", args.burst_first_result_s),
+                        ("--burst-last-result-s", args.burst_last_result_s),
+                        ("--burst-timeout-s", args.burst_timeout_s)):
+        if value is not None and not value > 0:
+            raise UsageError(f"{flag} {value:g} is not valid: seconds > 0")
 
     kubeconfig = args.kubeconfig
     if kubeconfig is None and outputs.get(STACK_OUTPUTS["kubeconfig"]):
@@ -182,7 +220,12 @@ def settings_from(args: argparse.Namespace, outputs: dict[str, Any], tmpdir: str
         results_prefix=pick(args.results_prefix, "results_prefix", "results/"),
         worker_image=pick(args.worker_image, "worker_image"), region=args.region,
         grace_s=args.grace_s, timeout_s=args.timeout_s, probe_extra_s=args.probe_margin_s,
-        poll_interval_s=args.poll_interval_s, connect_timeout_s=args.connect_timeout_s, skip=tuple(skip))
+        poll_interval_s=args.poll_interval_s, connect_timeout_s=args.connect_timeout_s, skip=tuple(skip),
+        only=tuple(dict.fromkeys(only)), slides_bucket=pick(args.slides_bucket, "slides_bucket"),
+        slides_prefix=args.slides_prefix, stack=args.stack, stack_file=args.stack_file, pulumi_dir=args.pulumi_dir,
+        burst_probes=args.burst_probes, burst_workload=args.burst_workload,
+        burst_first_result_s=args.burst_first_result_s, burst_last_result_s=args.burst_last_result_s,
+        burst_timeout_s=args.burst_timeout_s)
 
 
 def render_table(results: list[CheckResult]) -> str:
@@ -230,7 +273,7 @@ def main(argv: list[str] | None = None, *, clock: Clock | None = None, aws_facto
             ctx = Context(settings=settings, aws_factory=aws_factory)
             if clock is not None:
                 ctx.clock = clock
-            if any(c.needs_kube and c.name not in settings.skip for c in CHECKS):
+            if any(c.needs_kube and c.name not in settings.skip for c in selected(settings.only, settings.skip)):
                 if kube is None:
                     from .kube import KubeUnreachable, connect
 
@@ -243,7 +286,7 @@ def main(argv: list[str] | None = None, *, clock: Clock | None = None, aws_facto
                         return 2
                 ctx.kube = kube
             try:
-                results = run_checks(ctx, settings.skip)
+                results = run_checks(ctx, settings.skip, only=settings.only)
             except KeyboardInterrupt:
                 print("verify: interrupted (the running check cleaned up what it created)", file=stderr)
                 return 130

@@ -237,6 +237,12 @@ class Kube:
         return self._call(f"get EC2NodeClass {name}", self.custom.get_cluster_custom_object, "karpenter.k8s.aws",
                           "v1", "ec2nodeclasses", name, missing_ok=True)
 
+    def list_nodeclaims(self) -> list[dict]:
+        """karpenter.sh/v1 NodeClaims (cluster-scoped; [] when the CRD is not served)."""
+        data = self._call("list NodeClaims", self.custom.list_cluster_custom_object, "karpenter.sh", "v1",
+                          "nodeclaims", missing_ok=True)
+        return list((data or {}).get("items") or [])
+
     def list_trigger_authentications(self, namespace: str) -> list[dict]:
         """keda.sh/v1alpha1 TriggerAuthentications of one namespace ([] when the CRD is not served)."""
         data = self._call(f"list TriggerAuthentications in {namespace}",

@@ -90,6 +90,32 @@ class VerifySettings:
     """Read timeout of one Kubernetes API call, seconds. Default 30."""
     skip: tuple[str, ...] = ()
     """Names of checks not to run (reported as skipped)."""
+    only: tuple[str, ...] = ()
+    """Names of the checks to run (`--check`); empty = every check that is not opt-in. Default empty."""
+    slides_bucket: str | None = None
+    """Bucket the burst check uploads its probe slides to (the stack's `slidesBucket`). Default None."""
+    slides_prefix: str = "slides/"
+    """Key prefix of slides in that bucket, ending in '/' (StorageArgs.slides_prefix). Default `slides/`."""
+    stack: str | None = None
+    """Stack name (`--stack`): the burst check reads its config from `Pulumi.<stack>.yaml`. Default None."""
+    stack_file: str | None = None
+    """Path of the stack's config file for the burst check's prediction; None = `Pulumi.<stack>.yaml` in
+    `--pulumi-dir`. Default None."""
+    pulumi_dir: str = "."
+    """Folder of Pulumi.yaml and the Pulumi.<stack>.yaml files. Default `.`."""
+    burst_probes: int = 2
+    """Probe slides the burst check sends at once (one message each), 1-50. Default 2."""
+    burst_workload: str | None = None
+    """Workload whose queue the burst goes to; None = the first workload of the config that runs as a ScaledJob
+    (else the first workload). Default None."""
+    burst_first_result_s: float | None = None
+    """Budget override, seconds from sending to the first result; None = `gpuburst:burstBudget`, else the planner's
+    cold prediction x BURST_TOLERANCE. Default None."""
+    burst_last_result_s: float | None = None
+    """Budget override, seconds from sending to the last result (as above). Default None."""
+    burst_timeout_s: float | None = None
+    """Longest the burst check waits for the results, seconds; None = the budget's last result + probe_extra_s.
+    Default None."""
 
 
 class Clock(Protocol):

@@ -235,3 +235,64 @@ def test_prod_sets_a_warm_floor_with_its_cost_stated():
     cfg = parse_config(stack_file("prod"), stack="prod")
     assert cfg.warm_gpus is not None and cfg.warm_gpus.timezone == "Europe/London"
     assert "cost" in (ROOT / "Pulumi.prod.yaml").read_text().lower()
+
+
+# -- burstBudget: the budget `verify --check burst` judges against ----------------------------------------------------
+
+BUDGET = {"firstResultS": 420, "lastResultS": 600}
+
+
+def test_burst_budget_is_optional_and_parses_into_the_frozen_dataclass():
+    from components.config import BurstBudget
+    assert parse_config(MINIMAL).burst_budget is None
+    assert "burstBudget" in CONFIG_KEYS
+    cfg = parse_config(with_(burstBudget={"firstResultS": 420, "lastResultS": 600.5}))
+    assert cfg.burst_budget == BurstBudget(first_result_s=420.0, last_result_s=600.5)
+    with pytest.raises(Exception):
+        cfg.burst_budget.first_result_s = 1  # frozen
+
+
+def test_equal_first_and_last_budget_is_allowed():
+    cfg = parse_config(with_(burstBudget={"firstResultS": 300, "lastResultS": 300}))
+    assert (cfg.burst_budget.first_result_s, cfg.burst_budget.last_result_s) == (300.0, 300.0)
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("burstBudget.firstResultS", {**BUDGET, "firstResultS": 0}, "0"),
+    ("burstBudget.firstResultS", {**BUDGET, "firstResultS": -5}, "-5"),
+    ("burstBudget.firstResultS", {**BUDGET, "firstResultS": "7m"}, "7m"),
+    ("burstBudget.firstResultS", {**BUDGET, "firstResultS": True}, "True"),
+    ("burstBudget.lastResultS", {**BUDGET, "lastResultS": 86401}, "86401"),
+    ("burstBudget.lastResultS", {**BUDGET, "lastResultS": 400}, "firstResultS = 420"),
+    ("burstBudget.lastResultS", {"firstResultS": 420}, "required"),
+    ("burstBudget.lastResultsS", {**BUDGET, "lastResultsS": 1}, "unknown burstBudget key"),
+    ("burstBudget", 600, "600"),
+])
+def test_bad_burst_budget_names_key_and_value(key, value, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_(burstBudget=value))
+    text = one_line(e.value)
+    assert text.startswith(f"gpuburst:{key}:") and needle in text
+    assert "\n" not in str(e.value)
+
+
+# --- faster image start: gpuInstanceStorePolicy and fastImagePull ---------------------------------------------------
+
+def test_image_start_levers_default_to_the_nvme_raid0_and_fast_image_pull():
+    cfg = parse_config(MINIMAL)
+    assert (cfg.gpu_instance_store_policy, cfg.fast_image_pull) == ("RAID0", True)
+    cfg = parse_config(with_(gpuInstanceStorePolicy="none", fastImagePull=False))
+    assert (cfg.gpu_instance_store_policy, cfg.fast_image_pull) == ("none", False)
+
+
+@pytest.mark.parametrize("keys,field,needle", [
+    ({"gpuInstanceStorePolicy": "raid0"}, "gpuInstanceStorePolicy", "'raid0'"),
+    ({"gpuInstanceStorePolicy": "RAID10"}, "gpuInstanceStorePolicy", "'RAID10'"),
+    ({"fastImagePull": "yes"}, "fastImagePull", "'yes'"),
+    ({"gpuInstanceStorePolicy": "none"}, "fastImagePull", "600 MiB/s"),  # fastImagePull's default true onto gp3
+])
+def test_bad_image_start_levers_name_key_and_value(keys, field, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_(**keys))
+    text = one_line(e.value)
+    assert text.startswith(f"gpuburst:{field}:") and needle in text

@@ -6,10 +6,13 @@ import copy
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
+import yaml
 
 from components.offline.mocks import run_under_mocks
-from components.nodeclass import (DISCOVERY_TAG, Ec2NodeClass, Ec2NodeClassArgs,
+from components.nodeclass import (DISCOVERY_TAG, Ec2NodeClass, Ec2NodeClassArgs, instance_store_policy_for,
+                                  node_config_user_data,
                                   ec2_nodeclass_manifest)
+from components import catalogue
 from components.validation import ConfigError
 from tests.components import crd_oracle
 
@@ -38,6 +41,9 @@ def test_defaults_alias_imdsv2_encrypted_root_and_discovery_selectors():
     assert spec["securityGroupSelectorTerms"] == [{"tags": {DISCOVERY_TAG: "burst-dev"}}]
     assert spec["role"] == "burst-dev-karpenter-node"
     assert "instanceProfile" not in spec and "amiFamily" not in spec and "tags" not in spec
+    assert spec["instanceStorePolicy"] == "RAID0"
+    assert yaml.safe_load(spec["userData"]) == {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig",
+                                                "spec": {"featureGates": {"FastImagePull": True}}}
 
 
 def test_pinned_alias_kms_key_and_tags():
@@ -125,3 +131,70 @@ def test_resource_under_mocks_is_a_child_depending_on_the_crd_chart():
     assert cr.properties["metadata"] == {"name": "gpu"}
     # Plain values all the way: a policy judging it during preview sees no unknowns.
     assert cr.properties["spec"] == manifest()["spec"]
+
+
+# --- faster image start: the NVMe RAID0 and nodeadm's FastImagePull ---------------------------------------------
+
+def test_fast_image_pull_user_data_is_a_nodeconfig_with_only_a_gate_nodeadm_knows():
+    doc = yaml.safe_load(node_config_user_data(fast_image_pull=True))
+    assert doc["apiVersion"] == "node.eks.aws/v1alpha1" and doc["kind"] == "NodeConfig"
+    gates = doc["spec"]["featureGates"]
+    assert set(gates) <= set(catalogue.NODECONFIG_FEATURE_GATES) and gates == {"FastImagePull": True}
+    # Karpenter's generated NodeConfig wins for cluster, kubelet and labels: nothing of that is set here.
+    assert set(doc["spec"]) == {"featureGates"}
+    assert node_config_user_data(fast_image_pull=False) is None
+
+
+def test_both_levers_can_be_turned_off():
+    spec = manifest(instance_store_policy=None, fast_image_pull=False)["spec"]
+    assert "instanceStorePolicy" not in spec and "userData" not in spec
+
+
+def test_fast_image_pull_onto_a_slow_root_volume_is_refused_naming_the_throughput():
+    with pytest.raises(ConfigError) as e:
+        manifest(instance_store_policy=None, fast_image_pull=True)
+    msg = str(e.value)
+    assert e.value.field == "root_volume_throughput_mibps" and "125" in msg and "600" in msg and "\n" not in msg
+    # With a root volume fast enough, or the images on the NVMe RAID0, it is accepted.
+    spec = manifest(instance_store_policy=None, root_volume_throughput_mibps=600, root_volume_iops=3000)["spec"]
+    assert "FastImagePull" in spec["userData"] and "instanceStorePolicy" not in spec
+
+
+@pytest.mark.parametrize("kw,field", [({"instance_store_policy": "RAID1"}, "instance_store_policy"),
+                                      ({"instance_store_policy": "raid0"}, "instance_store_policy"),
+                                      ({"fast_image_pull": "yes"}, "fast_image_pull")])
+def test_bad_lever_values_are_one_line_errors(kw, field):
+    with pytest.raises(ConfigError) as e:
+        manifest(**kw)
+    assert e.value.field == field and repr(kw[field]) in str(e.value)
+
+
+def test_raid0_is_asked_for_when_the_family_has_nvme():
+    assert all(t.local_nvme_gb > 0 for t in catalogue.INSTANCE_TYPES.values())  # why the stack's default is RAID0
+    assert instance_store_policy_for(["g4dn.xlarge", "g5.2xlarge"]) == "RAID0"
+    assert instance_store_policy_for(["g5.2xlarge", "x9.unknown"]) == "RAID0"  # Karpenter applies it per instance
+    assert instance_store_policy_for(["x9.unknown"]) is None
+
+
+@pytest.mark.parametrize("crd", [CRD, OLDEST_CRD])
+def test_the_levers_pass_the_upstream_crd(upstream_crds, crd):
+    m = manifest()
+    assert m["spec"]["instanceStorePolicy"] == "RAID0" and m["spec"]["userData"]
+    assert crd_oracle.check_against_crd(m, upstream_crds / crd).errors == []
+    broken = copy.deepcopy(m)
+    broken["spec"]["instanceStorePolicy"] = "RAID5"
+    assert any("instanceStorePolicy" in e for e in crd_oracle.validate_against_crd(broken, upstream_crds / crd))
+
+
+def test_raid0_gives_the_schedulability_rule_the_nvme_as_ephemeral_storage():
+    """Karpenter's allocatable ephemeral storage under RAID0 is the instance store ("<TotalSizeInGB>G") less the
+    same reservations as a root volume; the policy pack's model must agree, or it would refuse pods that fit."""
+    from policies.schedulability import GI, Shape, allocatable
+
+    t = catalogue.instance_type("g5.2xlarge")  # 450 GB NVMe
+    on_root = Shape(None, "NodePool 'gpu'", {}, [], [t], root_volume_gib=100)
+    on_nvme = Shape(None, "NodePool 'gpu'", {}, [], [t], root_volume_gib=100, instance_store=True)
+    root_gib = allocatable(t, on_root)["ephemeral-storage"] / GI
+    nvme_gib = allocatable(t, on_nvme)["ephemeral-storage"] / GI
+    assert root_gib == pytest.approx(catalogue.allocatable_ephemeral_gib(100))                 # 89 GiB
+    assert nvme_gib == pytest.approx(catalogue.allocatable_ephemeral_gib(450e9 / 2**30))       # ~376 GiB

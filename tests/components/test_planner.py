@@ -3,10 +3,13 @@ floor, the CLI's JSON, table and PNG, and the one-line errors."""
 from __future__ import annotations
 
 import dataclasses
+import math
+
+import dataclasses
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,7 +25,8 @@ from components.planner import (Burst, parse_burst, parse_set, plan_stack, plan_
 from components.validation import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-COLD_NODE = 13 + 40 + 36 + 121  # nodeclaim + EC2 Ready + GPU registered + image pull (catalogue defaults)
+IMAGE_PULL = 12  # the layered worker image, FastImagePull on the NVMe RAID0 (test_image_layers.py checks the model)
+COLD_NODE = 13 + 40 + 36 + IMAGE_PULL  # nodeclaim + EC2 Ready + GPU registered + image pull (catalogue defaults)
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +58,8 @@ def test_warm_independent_work_matches_the_chooser(dev):
 def test_cold_start_pays_poll_node_image_and_load(dev):
     wp = plan_workload(dev, workload(dev, "studies"))
     jobs, consumer = wp.patterns["scaledjob"], wp.patterns["consumer"]
-    assert consumer.time_to_first_result_s == COLD_NODE + 45 + 8 == 263  # no KEDA poll: the consumer long-polls
-    assert jobs.time_to_first_result_s == 30 + COLD_NODE + 45 + 8 == 293
+    assert consumer.time_to_first_result_s == COLD_NODE + 45 + 8 == 154  # no KEDA poll: the consumer long-polls
+    assert jobs.time_to_first_result_s == 30 + COLD_NODE + 45 + 8 == 184
     assert consumer.cold_start_s == COLD_NODE + 45
     assert consumer.time_to_last_result_s == COLD_NODE + 205
     # Ordered Jobs run one at a time and each waits for KEDA's next poll after the previous one ends.
@@ -65,8 +69,8 @@ def test_cold_start_pays_poll_node_image_and_load(dev):
 def test_set_overrides_a_stage_after_warm(dev):
     w = workload(dev, "studies")
     cold = plan_workload(dev, w).patterns["consumer"].time_to_first_result_s
-    soci = plan_workload(dev, w, overrides={"image_pull": 40}).patterns["consumer"].time_to_first_result_s
-    assert cold - soci == 121 - 40
+    fat = plan_workload(dev, w, overrides={"image_pull": 121}).patterns["consumer"].time_to_first_result_s
+    assert fat - cold == 121 - IMAGE_PULL
     warm_poll = plan_workload(dev, w, warm=True, overrides={"poll": 30}).patterns["scaledjob"]
     assert warm_poll.time_to_first_result_s == 30 + 53
 
@@ -138,7 +142,7 @@ def test_billing_minimum_and_consolidation_tail():
 def test_stage_table_has_a_source_for_each_stage_and_the_published_figures():
     table = catalogue.STAGE_DURATIONS
     assert {k: v.seconds for k, v in table.items()} == {"poll": 30, "nodeclaim": 13, "ec2_ready": 40,
-                                                         "gpu_registered": 36, "image_pull": 121}
+                                                         "gpu_registered": 36, "image_pull": IMAGE_PULL}
     assert all(len(s.source) > 20 for s in table.values())
     assert "data-on-eks" in table["ec2_ready"].source and "karpenter-blueprints" in table["image_pull"].source
     node_stages = sum(table[s].seconds for s in planner.NODE_STAGES)
@@ -261,3 +265,252 @@ def test_a_node_never_holds_more_pods_than_it_has_slots(poll, floor):
         assert len(overlapping) == 1, (p, overlapping)
     if poll == 1000 and floor == 0:
         assert plan.nodes_launched == 12  # every poll gap outlasts consolidateAfter: a fresh node each time
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# --trace: a recorded arrival pattern (issue 10, part 1).
+# --------------------------------------------------------------------------------------------------------------------
+
+from components.__main__ import main  # noqa: E402
+from components.planner import Trace, parse_trace, warm_floor_open  # noqa: E402
+
+MON = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)  # a Monday
+
+
+def _csv(tmp_path: Path, text: str, name: str = "trace.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _floor_cfg(dev: StackConfig) -> StackConfig:
+    floor = SimpleNamespace(count=2, start="0 8 * * 1-5", end="0 18 * * 1-5", timezone="Europe/London")
+    return _WithFloor(**{f.name: getattr(dev, f.name) for f in dataclasses.fields(StackConfig)
+                         if f.name != "warm_gpus"}, warm_gpus=floor)
+
+
+def test_parse_trace_sorts_merges_and_defaults(tmp_path):
+    path = _csv(tmp_path, "# exported from CloudWatch\nAt , Items\n2026-01-05T10:00:00Z,5\n\n"
+                          "2026-01-05T09:00:00,3\n2026-01-05T10:00:00+00:00,\n2026-01-05T11:00:00+01:00,2\n")
+    trace = parse_trace(path).for_workload("anything")
+    assert trace.arrivals == ((MON, 3), (MON.replace(hour=10), 8))  # naive = UTC; same times add; 11:00+01 = 10:00Z
+    assert trace.items == 11 and trace.at == MON and trace.arrivals_s() == [(0.0, 3), (3600.0, 8)]
+    only_at = parse_trace(_csv(tmp_path, "at\n2026-01-05T09:00:30Z\n2026-01-05T09:00:00Z\n", "b.csv"))
+    assert only_at.for_workload("x").arrivals_s() == [(0.0, 1), (30.0, 1)]  # items default 1, rows sorted
+
+
+def test_parse_trace_workload_column(tmp_path):
+    csv = parse_trace(_csv(tmp_path, "workload,at,items\nstudies,2026-01-05T09:00:00Z,4\n"
+                                     "slides,2026-01-05T09:05:00Z,7\n,2026-01-05T09:10:00Z,1\n"))
+    assert csv.for_workload("studies").arrivals == ((MON, 4), (MON.replace(minute=10), 1))  # empty cell: every one
+    assert csv.for_workload("slides").items == 8 and csv.for_workload("slides").at == MON.replace(minute=5)
+    only = parse_trace(_csv(tmp_path, "at,workload\n2026-01-05T09:00:00Z,studies\n", "b.csv"))
+    assert only.for_workload("slides") is None
+
+
+@pytest.mark.parametrize("text,message", [
+    ("at,items\n2026-01-05T09:00:00Z,2\n\n# note\n2026-13-01,1\n",
+     "--trace {p} line 5 column at: '2026-13-01' is not valid: an ISO-8601 datetime"),
+    ("at,items\n2026-01-05T09:00:00Z,0\n", "--trace {p} line 2 column items: '0' is not valid: a whole number"),
+    ("at,items\n2026-01-05T09:00:00Z,2.5\n", "--trace {p} line 2 column items: '2.5' is not valid"),
+    ("at,items\n2026-01-05T09:00:00Z,-3\n", "--trace {p} line 2 column items: '-3' is not valid"),
+    ("at,items\n2026-01-05T09:00:00Z,2,x\n", "--trace {p} line 2: '2026-01-05T09:00:00Z,2,x' is not valid: 2 fields"),
+    ("when,items\n2026-01-05T09:00:00Z,2\n", "--trace {p} line 1 header: 'when,items' is not valid"),
+    ("items,count\n2,3\n", "--trace {p} line 1 header: 'items,count' is not valid"),
+    ("at,at\n2026-01-05T09:00:00Z,2026-01-05T09:00:00Z\n", "--trace {p} line 1 header: 'at,at' is not valid"),
+    ("at,items\n", "--trace: '{p}' is not valid: an arrival trace"),
+    ("", "--trace: '{p}' is not valid: an arrival trace"),
+])
+def test_bad_trace_is_a_one_line_error(tmp_path, text, message):
+    path = _csv(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        parse_trace(path)
+    assert str(e.value).startswith(message.format(p=path)) and "\n" not in str(e.value)
+
+
+def test_missing_trace_file_and_unknown_workload_are_one_line_errors(dev, tmp_path):
+    with pytest.raises(ConfigError, match=r"^--trace: '.*nope.csv' is not valid: a readable CSV file"):
+        parse_trace(tmp_path / "nope.csv")
+    csv = parse_trace(_csv(tmp_path, "at,workload\n2026-01-05T09:00:00Z,studies\n2026-01-05T09:01:00Z,slidez\n"))
+    with pytest.raises(ConfigError, match=r"^--trace .*trace.csv line 3 column workload: 'slidez' is not valid: a "
+                                          r"workload of the stack: one of slides, studies$"):
+        plan_stack(dev, trace=csv)
+    only_studies = parse_trace(_csv(tmp_path, "at,workload\n2026-01-05T09:00:00Z,studies\n", "s.csv"))
+    assert list(plan_stack(dev, trace=only_studies)) == ["studies"]  # a workload without rows is left out
+    with pytest.raises(ConfigError, match=r"^--trace: '.*s.csv' is not valid: rows for slides"):
+        plan_stack(dev, workload="slides", trace=only_studies)
+    with pytest.raises(ConfigError, match=r"^--trace: '.*s.csv' is not valid: not with --burst"):
+        plan_stack(dev, trace=only_studies, bursts=[Burst(3)])
+
+
+def test_two_bursts_an_hour_apart_cold_start_jobs_twice_and_the_consumer_once(dev):
+    w = workload(dev, "studies")
+    trace = Trace(((MON, 20), (MON.replace(hour=10), 20)))
+    wp = plan_workload(dev, w, trace)
+    jobs, consumer = wp.patterns["scaledjob"], wp.patterns["consumer"]
+    assert jobs.nodes_launched == 2 and consumer.nodes_launched == 1
+    assert jobs.items == consumer.items == 40 and jobs.arrivals == 2
+    one = plan_workload(dev, w, Burst(20, MON)).patterns
+    # Jobs: the second burst is the first one again an hour later, less the first poll wait (3,600 s is on KEDA's
+    # 30 s poll grid, so the poll then picks it up at once), on a fresh node billed just as long.
+    assert jobs.time_to_last_result_s == 3600 - 30 + one["scaledjob"].time_to_last_result_s
+    assert jobs.gpu_node_seconds_billed == 2 * one["scaledjob"].gpu_node_seconds_billed
+    second_job = next(p for p in jobs.timeline["pods"] if p["label"] == "job 21")
+    assert second_job["results"] == [3600 + COLD_NODE + 45 + 8]  # a fresh node, the image, the model again
+    # The consumer stayed up with the model loaded: the second burst pays no node and no load, only the items.
+    assert consumer.time_to_last_result_s == 3600 + 20 * 8
+    assert consumer.time_to_first_result_s == COLD_NODE + 45 + 8 and consumer.cold_start_s == COLD_NODE + 45
+    assert consumer.gpu_node_seconds_billed == 3600 + 20 * 8 - 13  # launch (after the NodeClaim) to the last result
+    # Per-message latency: the consumer's second burst waits only behind its own items.
+    assert consumer.latency_max_s == COLD_NODE + 45 + 20 * 8
+    assert jobs.latency_max_s > consumer.latency_max_s and jobs.latency_p95_s <= jobs.latency_max_s
+
+
+def test_a_second_burst_within_consolidate_after_reuses_the_node():
+    kw = dict(model_load_s=45, seconds_per_item=8, parallel=1, stages=stage_durations())
+    first_end = 30 + COLD_NODE + 53  # 184 s; the node goes at 593 s
+    near = simulate("scaledjob", arrivals=[(0, 1), (400, 1)], **kw)
+    assert near.nodes_launched == 1
+    assert near.time_to_last_result_s == 420 + 53  # next poll after 400, image cached: only the model and the item
+    assert near.gpu_node_seconds_billed == 420 + 53 + planner.CONSOLIDATE_AFTER_S - (30 + 13)  # from the launch
+    late = first_end + planner.CONSOLIDATE_AFTER_S + 60
+    far = simulate("scaledjob", arrivals=[(0, 1), (late, 1)], **kw)
+    assert far.nodes_launched == 2
+    assert far.time_to_last_result_s == 30 * math.ceil(late / 30) + COLD_NODE + 53  # KEDA's next poll, a cold node
+
+
+def test_a_burst_is_the_one_arrival_trace(dev, tmp_path):
+    for name in ("slides", "studies"):
+        w = workload(dev, name)
+        for warm in (False, True):
+            burst = plan_workload(dev, w, Burst(20, MON), warm=warm)
+            trace = plan_workload(dev, w, Trace(((MON, 20),)), warm=warm)
+            assert {k: p.summary() for k, p in trace.patterns.items()} == \
+                {k: p.summary() for k, p in burst.patterns.items()}
+    kw = dict(model_load_s=45, seconds_per_item=8, parallel=3, stages=stage_durations())
+    base = simulate("scaledjob", items=12, **kw).summary()
+    assert simulate("scaledjob", arrivals=[(0, 12)], **kw).summary() == base
+    assert simulate("scaledjob", arrivals=[(500, 5), (500, 7)], **kw).summary() == base  # from the first arrival
+    # And through the command: a one-row trace gives the --burst numbers.
+    path = _csv(tmp_path, "at,items\n2026-01-05T09:00:00Z,20\n")
+    via = [json.loads(_cli("--workload", "studies", *args, "--json").stdout)["workloads"]["studies"]
+           for args in (("--trace", str(path)), ("--burst", "20@2026-01-05T09:00:00Z"))]
+    assert via[0]["patterns"] == via[1]["patterns"] and via[0]["trace"]["arrivals"] == 1
+
+
+def test_warm_floor_open_for_the_first_arrival_but_not_the_second(dev):
+    cfg = _floor_cfg(dev)
+    evening = MON.replace(hour=20)  # 20:00 London: the 08:00-18:00 window has closed
+    wp = plan_workload(cfg, workload(dev, "slides"), Trace(((MON, 2), (evening, 2))))
+    jobs, consumer = wp.patterns["scaledjob"], wp.patterns["consumer"]
+    gap = (evening - MON).total_seconds()
+    assert jobs.warm_floor_nodes == 2 and jobs.nodes_launched == 2  # the evening's 2 Jobs launch 2 fresh nodes
+    firsts = sorted(p["results"][0] for p in jobs.timeline["pods"])
+    assert firsts[:2] == [30 + 53, 30 + 53]  # on the floor: image cached, model to load
+    assert firsts[2:] == [gap + COLD_NODE + 53] * 2  # (20:00 is on the poll grid: picked up at once)
+    assert consumer.warm_floor_nodes == 2 and consumer.nodes_launched == 0  # it sits on a floor node all along
+    inside_only = plan_workload(cfg, workload(dev, "slides"), Trace(((MON, 2),))).patterns["scaledjob"]
+    assert inside_only.nodes_launched == 0
+    # Floor nodes are charged only from the arrival they serve to the pod's end.
+    # (Fresh nodes from the EC2 launch, after the 13 s NodeClaim, to 300 s after they empty.)
+    assert jobs.gpu_node_seconds_billed == 2 * 83 + 2 * (COLD_NODE - 13 + 53 + planner.CONSOLIDATE_AFTER_S)
+    # Neither arrival in the window: the floor is not in the model at all.
+    late = plan_workload(cfg, workload(dev, "slides"), Trace(((evening, 2), (evening.replace(hour=21), 1))))
+    assert late.patterns["scaledjob"].warm_floor_nodes == 0 and late.patterns["scaledjob"].nodes_launched == 3
+
+
+def test_warm_floor_open_sweep_agrees_with_the_cron_window_across_dst(dev):
+    from components.cron import window_active
+    from zoneinfo import ZoneInfo
+
+    cfg = _floor_cfg(dev)
+    start = datetime(2026, 3, 26, 7, 0, tzinfo=timezone.utc)  # Thu; Europe/London goes to BST on Sun 29 March
+    offsets = [k * 37 * 60.0 + 11 for k in range(0, 6 * 24 * 60 // 37)]
+    swept = warm_floor_open(cfg, start, offsets)
+    tz = ZoneInfo("Europe/London")
+    expected = [window_active("0 8 * * 1-5", "0 18 * * 1-5", (start + timedelta(seconds=s)).astimezone(tz))
+                for s in offsets]
+    assert swept == expected and any(swept) and not all(swept)
+    assert warm_floor_open(dev, start, [0.0, 60.0]) == [False, False]  # no warm_gpus
+    assert warm_floor_open(cfg, None, [0.0]) == [False]  # no time
+
+
+def test_latency_figures_and_the_consumer_idling_between_arrivals():
+    stages = stage_durations(warm=True)
+    plan = simulate("consumer", arrivals=[(0, 2), (100, 1)], model_load_s=45, seconds_per_item=8, parallel=1,
+                    stages=stages)
+    # Serving at 45 s: results at 53 and 61; the third arrives at 100 s (idle pod) and is done at 108 s.
+    assert sorted(r for p in plan.timeline["pods"] for r in p["results"]) == [53, 61, 108]
+    assert plan.latency_max_s == 61 and plan.latency_p95_s == 61 and plan.latency_mean_s == pytest.approx(122 / 3)
+    assert plan.timeline["pods"][0]["runs"] == [(45, 61), (100, 108)]
+    assert plan.timeline["arrivals"] == [(0.0, 2), (100.0, 1)]
+    with pytest.raises(ConfigError, match="^arrivals: "):
+        simulate("consumer", arrivals=[(0, 0)], model_load_s=45, seconds_per_item=8, parallel=1, stages=stages)
+
+
+def test_cli_trace_json_table_and_png(tmp_path, capsys):
+    path = _csv(tmp_path, "at,items,workload\n2026-01-05T10:00:00Z,20,studies\n2026-01-05T09:00:00,20,studies\n"
+                          "2026-01-05T09:00:00Z,30,slides\n")
+    assert main(["plan-burst", "--trace", str(path), "--json", "--out", str(tmp_path / "png")]) == 0
+    doc = json.loads(capsys.readouterr().out)["workloads"]
+    studies = doc["studies"]
+    assert studies["trace"] == {"file": str(path), "arrivals": 2, "items": 40,
+                                "first_arrival_at": "2026-01-05T09:00:00+00:00",
+                                "last_arrival_at": "2026-01-05T10:00:00+00:00"}
+    keys = {"pattern", "time_to_first_result_s", "time_to_last_result_s", "cost_usd", "cost_per_item_usd",
+            "nodes_launched", "gpu_node_seconds_billed", "idle_cost_per_day_usd", "latency_mean_s", "latency_p95_s",
+            "latency_max_s"}
+    assert keys <= set(studies) and all(keys <= set(p) for p in studies["patterns"].values())
+    assert studies["patterns"]["scaledjob"]["nodes_launched"] == 2
+    assert studies["patterns"]["consumer"]["nodes_launched"] == 1
+    assert doc["slides"]["items"] == 30 and len(studies["bursts"]) == 1
+    for name in ("studies", "slides"):
+        assert (tmp_path / "png" / f"plan-burst-{name}-trace.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plan-burst", "--trace", str(path), "--workload", "studies"]) == 0
+    table = capsys.readouterr().out
+    assert f"studies: trace {path}: 40 messages in 2 arrivals" in table and "latency mean/p95/max s" in table
+
+
+def test_cli_trace_errors_are_one_line(tmp_path, capsys):
+    bad = _csv(tmp_path, "at,items\n2026-01-05T09:00:00Z,3\n2026-13-01,1\n")
+    assert main(["plan-burst", "--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"plan-burst: --trace {bad} line 3 column at: '2026-13-01' is not valid") and \
+        len(err.strip().splitlines()) == 1
+    good = _csv(tmp_path, "at\n2026-01-05T09:00:00Z\n", "good.csv")
+    assert main(["plan-burst", "--trace", str(good), "--burst", "3@2026-01-05T09:00:00Z"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"plan-burst: --trace: '{good}' is not valid: not with --burst") and \
+        len(err.strip().splitlines()) == 1
+
+
+def test_the_sample_trace_plans():
+    csv = parse_trace(ROOT / "examples" / "trace-monday.csv")
+    assert {r.workload for r in csv.rows} == {"slides", "studies"}
+    assert csv.for_workload("studies").items == 43
+
+
+# --- faster image start: the levers, before and after -------------------------------------------------------------
+
+def test_fast_image_pull_and_the_nvme_raid0_shorten_the_cold_start(dev):
+    w = workload(dev, "studies")
+    one_stream = round(catalogue.image_pull_seconds(catalogue.worker_image_bytes(), parallel=False))
+    on = plan_workload(dev, w)
+    off = plan_workload(dataclasses.replace(dev, fast_image_pull=False), w)
+    no_raid = plan_workload(dataclasses.replace(dev, fast_image_pull=False, gpu_instance_store_policy="none"), w)
+    assert on.patterns["consumer"].stages["image_pull"] == IMAGE_PULL < one_stream == 30
+    for before in (off, no_raid):
+        assert before.patterns["consumer"].stages["image_pull"] == one_stream
+        assert (before.patterns["consumer"].time_to_first_result_s
+                - on.patterns["consumer"].time_to_first_result_s) == one_stream - IMAGE_PULL
+    assert "parallel pull" in on.image_pull and "fastImagePull is off" in off.image_pull
+    table = planner.plans_table({"studies": [off]})
+    assert "image pull: worker image ~2.86 GB compressed in 12 layers" in table and "30 s as one stream" in table
+
+
+def test_nodeadm_ignores_fast_image_pull_on_small_nodes_and_the_planner_knows(dev, monkeypatch):
+    small = dataclasses.replace(catalogue.instance_type("g4dn.xlarge"), vcpu=2)
+    monkeypatch.setitem(catalogue.INSTANCE_TYPES, "g4dn.xlarge", small)
+    assert not planner.parallel_pull(dev, "g4dn.xlarge")
+    assert planner.parallel_pull(dev, "g4dn.2xlarge")
+    assert not planner.parallel_pull(dev, "x9.unknown")

@@ -63,6 +63,15 @@ def test_nodeclass_alias(dev):
     assert [t["alias"] for t in ncs[0]["properties"]["spec"]["amiSelectorTerms"]] == ["al2023@latest"]
 
 
+def test_nodeclass_puts_images_on_the_nvme_raid0_and_turns_on_fast_image_pull(dev):
+    import yaml
+
+    [nc] = of_type(dev["plan"], "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    spec = nc["properties"]["spec"]
+    assert spec["instanceStorePolicy"] == "RAID0"
+    assert yaml.safe_load(spec["userData"])["spec"] == {"featureGates": {"FastImagePull": True}}
+
+
 def test_keda_objects(dev):
     auths = of_type(dev["plan"], "kubernetes:keda.sh/v1alpha1:TriggerAuthentication")
     assert auths and all(a["properties"]["spec"]["podIdentity"]["provider"] == "aws" for a in auths)

@@ -8,7 +8,11 @@ from components.verify.model import CheckResult, VerifySettings
 
 def test_names_and_order():
     assert [c.name for c in CHECKS] == ["versions", "worker-iam", "keda", "gpu-job", "gpu-allocatable",
-                                        "hardware-ami"]
+                                        "hardware-ami", "burst"]
+    # burst costs GPU time and sends real work: it runs only when named
+    assert [c.name for c in CHECKS if c.opt_in] == ["burst"]
+    assert [c.name for c in checks.selected()] == [c.name for c in CHECKS if c.name != "burst"]
+    assert [c.name for c in checks.selected(("burst",))] == ["burst"]
     # gpu-job brings a node up before the node checks judge the pool
     names = [c.name for c in CHECKS]
     assert names.index("gpu-job") < names.index("gpu-allocatable") < names.index("hardware-ami")
@@ -29,3 +33,15 @@ def test_a_crashing_check_fails_alone_and_skip_is_reported(monkeypatch):
                                      "forbidden"
     assert by["keda"].status == "skipped" and by["keda"].summary == "skipped by --skip"
     assert by["gpu-job"].status == "pass"
+
+
+def test_only_runs_the_named_checks_in_table_order(monkeypatch):
+    ran = []
+    table = tuple(checks.Check(c.name, c.proves, (lambda ctx, n=c.name: ran.append(n) or CheckResult(n, "pass", "ok")),
+                               opt_in=c.opt_in) for c in CHECKS)
+    monkeypatch.setattr(checks, "CHECKS", table)
+    results = run_checks(Context(settings=VerifySettings()), only=("burst", "keda"))
+    assert ran == ["keda", "burst"] and [r.name for r in results] == ["keda", "burst"]
+    ran.clear()
+    run_checks(Context(settings=VerifySettings()))
+    assert "burst" not in ran and len(ran) == len(CHECKS) - 1

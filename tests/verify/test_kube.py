@@ -135,3 +135,13 @@ def test_no_retries_a_server_that_hangs_up_is_tried_once(tmp_path):
     assert str(e.value).startswith(f"cannot reach the Kubernetes API at http://127.0.0.1:{port}: the server closed "
                                    "the connection without an answer")
     assert "\n" not in str(e.value)
+
+
+def test_nodeclaims_are_listed_cluster_wide(tmp_path):
+    kube = FakeKube(nodeclaims=items("burst/nodeclaims.json"))
+    with FakeApiServer(kube) as server:
+        k = connect(str(server.kubeconfig(tmp_path)), connect_timeout_s=2)
+        ncs = k.list_nodeclaims()
+    assert [n["metadata"]["name"] for n in ncs] == ["gpu-x8v2c", "gpu-q5t7w", "gpu-warm1"]
+    assert ncs[0]["status"]["conditions"][1]["type"] == "Registered"
+    assert "GET /apis/karpenter.sh/v1/nodeclaims" in server.requests

@@ -115,7 +115,7 @@ class FakeKube:
 
     def __init__(self, *, nodes=(), pods=(), nodepools=(), nodeclasses=(), crds=(), tas=(), ctas=(), scaled_jobs=(),
                  events=(), deployments=(), daemonsets=(), jobs=(), logs: dict[str, str] | None = None,
-                 version: dict | None = None) -> None:
+                 version: dict | None = None, nodeclaims=()) -> None:
         cp = copy.deepcopy
         self.nodes = cp(list(nodes))
         self.pods = cp(list(pods))
@@ -130,6 +130,7 @@ class FakeKube:
         self.daemonsets = cp(list(daemonsets))
         self.jobs = cp(list(jobs))
         self.logs = dict(logs or {})
+        self.nodeclaims = cp(list(nodeclaims))
         self.server_version = version or load("version_1.34.json")
         self.created: list[dict] = []
         self.deleted: list[str] = []
@@ -167,6 +168,9 @@ class FakeKube:
 
     def get_ec2nodeclass(self, name):
         return copy.deepcopy(self.nodeclasses.get(name))
+
+    def list_nodeclaims(self):
+        return copy.deepcopy(self.nodeclaims)
 
     def list_trigger_authentications(self, namespace):
         return [copy.deepcopy(t) for t in self.tas if t["metadata"].get("namespace") == namespace]
@@ -271,6 +275,8 @@ class _Handler(BaseHTTPRequestHandler):
              lambda name: one(k.get_nodepool(name), f"nodepools {name!r}")),
             ("GET", r"/apis/karpenter.k8s.aws/v1/ec2nodeclasses/(?P<name>[^/]+)",
              lambda name: one(k.get_ec2nodeclass(name), f"ec2nodeclasses {name!r}")),
+            ("GET", r"/apis/karpenter.sh/v1/nodeclaims",
+             lambda: self._send(200, _as_list("NodeClaim", k.list_nodeclaims()))),
             ("GET", r"/apis/keda.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/triggerauthentications",
              lambda ns: self._send(200, _as_list("TriggerAuthentication", k.list_trigger_authentications(ns)))),
             ("GET", r"/apis/keda.sh/v1alpha1/clustertriggerauthentications",
