@@ -110,8 +110,7 @@ def image_pull_note(config: Any, instance_type: str) -> str:
     layers = catalogue.worker_image_bytes()
     one = round(catalogue.image_pull_seconds(layers, parallel=False))
     par = round(catalogue.image_pull_seconds(layers, parallel=True))
-    head = (f"worker image ~{sum(layers) / 1e9:.2f} GB compressed in {len(layers)} layers (largest "
-            f"{max(layers) / 1e9:.2f} GB): ")
+    head = f"worker image ~{sum(layers) / 1e9:.2f} GB compressed, largest layer {max(layers) / 1e9:.2f} GB: "
     if parallel_pull(config, instance_type):
         return head + (f"{par} s as a parallel pull (fastImagePull, image store on {instance_type}'s NVMe RAID0); "
                        f"{one} s as one stream")

@@ -104,7 +104,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             self.warm_floor = WarmGpuFloor(f"{name}-warm-floor", WarmGpuFloorArgs(
                 namespace=WORKLOAD_NAMESPACE, count=warm.count, start=warm.start, end=warm.end,
                 timezone=warm.timezone, keda_chart=self.keda.chart,
-                depends_on=[self.namespace, self.nodepool.resource, self.device_plugin.chart]), opts=in_cluster)
+                depends_on=[self.namespace, self.nodepool.resource, self.device_plugin.chart],
+                pod=WorkerPodSettings(image=self.image.image_ref)), opts=in_cluster)
             workload_priority = [self.warm_floor.workload_priority_class]
 
         self.queues: dict[str, WorkQueue] = {}

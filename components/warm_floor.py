@@ -7,6 +7,10 @@ window and empties the pool outside it. The placeholders run at `PLACEHOLDER_PRI
 `WORKLOAD_PRIORITY` with `PreemptLowerPriority`: a real Job that needs a GPU evicts a placeholder at once and takes its
 node, without waiting for a new one; the evicted placeholder goes Pending and Karpenter starts a replacement node, so
 the floor is headroom that refills itself while the window is open.
+
+The placeholder pre-pulls the worker image: an init container of the worker image that only runs `python -c pass`, so
+each floor node has the multi-GB image cached before a real job lands on it (a pause pod alone would hold the GPU but
+leave the job to pay the whole image pull).
 """
 from __future__ import annotations
 
@@ -74,11 +78,35 @@ def placeholder_resources(pod: WorkerPodSettings | None = None) -> dict[str, str
             "ephemeral-storage": f"{s.scratch_gib + s.tmp_gib}Gi", GPU_RESOURCE: "1"}
 
 
+PREPULL_RESOURCES = {"cpu": "100m", "memory": "128Mi"}
+"""Requests and limits of the pre-pull init container (it starts Python and exits; equal, so the pod stays
+Guaranteed)."""
+
+WORKER_UID = 10001
+"""The worker image's numeric user (worker/Dockerfile `USER 10001:10001`), which the pre-pull container runs as."""
+
+
+def prepull_init_container(image: Any) -> dict[str, Any]:
+    """An init container that pulls the worker `image` onto the node and exits at once (`python -c pass`)."""
+    return {
+        "name": "pull-worker-image",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-c", "pass"],
+        "resources": {"requests": dict(PREPULL_RESOURCES), "limits": dict(PREPULL_RESOURCES)},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": WORKER_UID, "runAsGroup": WORKER_UID,
+                            "allowPrivilegeEscalation": False, "privileged": False,
+                            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+
+
 def placeholder_deployment_manifest(namespace: str, *, name: str = PLACEHOLDER_NAME,
                                     pod: WorkerPodSettings | None = None) -> dict[str, Any]:
     """The placeholder apps/v1 Deployment: 0 replicas (KEDA sets them), pause pods the worker's size with one GPU
-    each, placed like the workers."""
+    each, placed like the workers; with `pod.image` set, each first pre-pulls the worker image (init container)."""
     resources = placeholder_resources(pod)
+    image = pod.image if pod is not None else ""
     pod_spec = {
         "priorityClassName": PLACEHOLDER_PRIORITY_CLASS,
         "automountServiceAccountToken": False,
@@ -89,6 +117,7 @@ def placeholder_deployment_manifest(namespace: str, *, name: str = PLACEHOLDER_N
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "nodeSelector": dict(GPU_NODE_SELECTOR),
         "tolerations": [dict(GPU_TOLERATION)],
+        **({"initContainers": [prepull_init_container(image)]} if image else {}),
         "containers": [{
             "name": "pause",
             "image": PAUSE_IMAGE,
@@ -150,8 +179,9 @@ class WarmGpuFloorArgs:
     depends_on: list[pulumi.Resource] | None = None
     """What the Deployment waits for (namespace, GPU NodePool, device plugin). Default none."""
     pod: WorkerPodSettings | None = None
-    """The worker pod whose CPU, memory and ephemeral storage each placeholder reserves (with one GPU). Default None:
-    WorkerPodSettings' defaults."""
+    """The worker pod whose CPU, memory and ephemeral storage each placeholder reserves (with one GPU), and whose
+    image it pre-pulls. Default None: WorkerPodSettings' defaults and no pre-pull (the node is held, the image is
+    not cached)."""
 
 
 class WarmGpuFloor(pulumi.ComponentResource):

@@ -149,6 +149,11 @@ def test_plan_holds_the_floor(warm, upstream_crds):
                    if d["properties"]["metadata"]["name"] == "gpuburst-warm-floor"]
     assert len(placeholder) == 1 and placeholder[0]["properties"]["spec"]["replicas"] == 0
     strict(placeholder[0]["properties"])
+    # Each floor node pulls the worker image before any job needs it: the same image, by digest, as the ScaledJob's.
+    [init] = placeholder[0]["properties"]["spec"]["template"]["spec"]["initContainers"]
+    [sj] = of_type(warm, "kubernetes:keda.sh/v1alpha1:ScaledJob")
+    [worker] = sj["properties"]["spec"]["jobTargetRef"]["template"]["spec"]["containers"]
+    assert init["image"] == worker["image"] and "@sha256:" in init["image"]
     names = {p["properties"]["metadata"]["name"] for p in
              of_type(warm, "kubernetes:scheduling.k8s.io/v1:PriorityClass") if not p.get("source")}
     assert names == {WORKLOAD_PRIORITY_CLASS, PLACEHOLDER_PRIORITY_CLASS}
@@ -207,3 +212,20 @@ def test_the_warm_stack_passes_the_policy_pack(warm, tmp_path):
                        text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().splitlines()[-1].startswith("policy check passed")
+
+
+def test_placeholder_pre_pulls_the_worker_image_as_a_restricted_init_container():
+    d = placeholder_deployment_manifest("gpuburst", pod=WorkerPodSettings(image=IMAGE))
+    pod = d["spec"]["template"]["spec"]
+    [init] = pod["initContainers"]
+    assert init["image"] == IMAGE and init["command"] == ["python", "-c", "pass"]
+    assert init["resources"]["requests"] == init["resources"]["limits"]  # Guaranteed QoS, as the pause container
+    assert "nvidia.com/gpu" not in init["resources"]["requests"]
+    sc = init["securityContext"]
+    assert sc["runAsNonRoot"] and sc["runAsUser"] == 10001 and sc["readOnlyRootFilesystem"]
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
+    strict(d)
+    # It is still a placeholder for the wiring rule (it calls no AWS API), and without an image nothing is pulled.
+    from policies.wiring import is_placeholder
+    assert is_placeholder(pod)
+    assert "initContainers" not in placeholder_deployment_manifest("gpuburst")["spec"]["template"]["spec"]
