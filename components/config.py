@@ -119,17 +119,22 @@ def _warm_rules() -> list[Rule]:
     ]
 
 
-def _parse_warm_gpus(value: Any) -> WarmGpus:
-    where = f"{NAMESPACE}:warmGpus"
+def _check_mapping(key: str, value: Any, keys: tuple[str, ...], expected: str) -> str:
+    """Refuse a non-mapping, an unknown sub-key or a missing one (one line naming it); returns `gpuburst:<key>`."""
+    where = f"{NAMESPACE}:{key}"
     if not isinstance(value, dict):
-        raise ConfigError(where, value, "a mapping with count, start, end and timezone")
-    for key in value:
-        if key not in _WARM_KEYS:
-            raise ConfigError(f"{where}.{key}", value[key], f"unknown warmGpus key; known keys: "
-                                                             f"{catalogue.join(_WARM_KEYS)}")
-    for key in _WARM_KEYS:
-        if key not in value:
-            raise ConfigError(f"{where}.{key}", None, f"required: warmGpus needs {catalogue.join(_WARM_KEYS)}")
+        raise ConfigError(where, value, expected)
+    for sub in value:
+        if sub not in keys:
+            raise ConfigError(f"{where}.{sub}", value[sub], f"unknown {key} key; known keys: {catalogue.join(keys)}")
+    for sub in keys:
+        if sub not in value:
+            raise ConfigError(f"{where}.{sub}", None, f"required: {key} needs {catalogue.join(keys)}")
+    return where
+
+
+def _parse_warm_gpus(value: Any) -> WarmGpus:
+    where = _check_mapping("warmGpus", value, _WARM_KEYS, "a mapping with count, start, end and timezone")
     validate(value, _warm_rules(), where + ".")
     if value["start"].split() == value["end"].split():
         raise ConfigError(f"{where}.end", value["end"], "a cron expression different from start (the floor would "
@@ -168,16 +173,7 @@ def _budget_rules() -> list[Rule]:
 
 
 def _parse_burst_budget(value: Any) -> BurstBudget:
-    where = f"{NAMESPACE}:burstBudget"
-    if not isinstance(value, dict):
-        raise ConfigError(where, value, "a mapping with firstResultS and lastResultS (seconds)")
-    for key in value:
-        if key not in _BUDGET_KEYS:
-            raise ConfigError(f"{where}.{key}", value[key], f"unknown burstBudget key; known keys: "
-                                                             f"{catalogue.join(_BUDGET_KEYS)}")
-    for key in _BUDGET_KEYS:
-        if key not in value:
-            raise ConfigError(f"{where}.{key}", None, f"required: burstBudget needs {catalogue.join(_BUDGET_KEYS)}")
+    where = _check_mapping("burstBudget", value, _BUDGET_KEYS, "a mapping with firstResultS and lastResultS (seconds)")
     validate(value, _budget_rules(), where + ".")
     if value["lastResultS"] < value["firstResultS"]:
         raise ConfigError(f"{where}.lastResultS", value["lastResultS"],
