@@ -44,8 +44,9 @@ CHECKS: tuple[Check, ...] = (
                     "device-plugin pod (a node older than the grace period without it fails; an empty pool is "
                     "skipped)", gpu.run),
     Check(hardware.NAME, "every GPU node is an instance type the NodePool's requirements admit and was booted from "
-                         "the NVIDIA variant of the expected AMI family (EC2's image name, not the node's word)",
-          hardware.run),
+                         "the NVIDIA variant of the expected AMI family (EC2's image name, not the node's word); "
+                         "with instanceStorePolicy RAID0, its ephemeral-storage capacity is the local NVMe, not the "
+                         "root volume", hardware.run),
     Check(burst.NAME, "OPT-IN (--check burst; it sends real probe slides and may start GPU nodes): N small probe "
                       "slides sent to a workload's queue all come back as results within the budget "
                       "(gpuburst:burstBudget, else the planner's cold prediction x 1.5); prints the measured "

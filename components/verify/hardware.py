@@ -1,4 +1,5 @@
-"""The `hardware-ami` check: each GPU node is an instance type its NodePool admits, booted from the NVIDIA AMI.
+"""The `hardware-ami` check: each GPU node is an instance type its NodePool admits, booted from the NVIDIA AMI, with
+kubelet on the instance-store RAID0 when its EC2NodeClass asks for one.
 
 The AMI is judged from two independent sources: the node's Karpenter labels (which GPU maker the instance type
 has) and EC2's own description of the image the instance was launched from (providerID -> instance -> ImageId ->
@@ -11,11 +12,15 @@ import re
 from dataclasses import dataclass
 
 from .gpu import INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
-from .model import FAIL, PASS, SKIPPED, CheckResult, labels_of, name_of
+from .model import FAIL, PASS, SKIPPED, CheckResult, labels_of, name_of, quantity
 
 NAME = "hardware-ami"
 GPU_MANUFACTURER_LABEL = "karpenter.k8s.aws/instance-gpu-manufacturer"
 ACCELERATOR_MANUFACTURER_LABEL = "karpenter.k8s.aws/instance-accelerator-manufacturer"
+LOCAL_NVME_LABEL = "karpenter.k8s.aws/instance-local-nvme"
+RAID0_MIN_FRACTION = 0.8
+"""A RAID0 node's ephemeral-storage capacity must be at least this fraction of its NVMe (the array's filesystem takes
+a little); the root volume instead (100 GiB against 450 GB on a g5.2xlarge) means the array was never used."""
 
 _AL2023 = re.compile(r"^amazon-eks-node-al2023-(?P<arch>x86_64|arm64)-(?P<variant>[a-z]+)(?:-(?P<driver>\d+))?"
                      r"-(?P<k8s>\d+\.\d+)-v(?P<date>\d{8})$")
@@ -119,6 +124,32 @@ def admission_problems(nodepool: dict | None, labels: dict[str, str]) -> list[st
     return [p for p in (requirement_problem(r, labels) for r in reqs) if p]
 
 
+def instance_store_problem(nodeclass: dict | None, node: dict) -> tuple[str | None, str | None]:
+    """(problem, evidence) of a node whose EC2NodeClass asks for `instanceStorePolicy: RAID0`: its ephemeral-storage
+    capacity (what kubelet's filesystem really is) must be the local NVMe, not the root volume. (None, None) when the
+    node class does not ask for it; no problem for a type without NVMe (Karpenter keeps the root volume there)."""
+    if ((nodeclass or {}).get("spec") or {}).get("instanceStorePolicy") != "RAID0":
+        return None, None
+    labels = labels_of(node)
+    nvme_gb = quantity(labels.get(LOCAL_NVME_LABEL))
+    if nvme_gb is None:
+        from .. import catalogue  # the label is Karpenter's; the catalogue knows the same figure for its types
+
+        t = catalogue.instance_type(labels.get(INSTANCE_TYPE_LABEL, ""))
+        nvme_gb = float(t.local_nvme_gb) if t is not None else None
+    if not nvme_gb:
+        return None, "no local NVMe: ephemeral storage on the root volume"
+    capacity = quantity(((node.get("status") or {}).get("capacity") or {}).get("ephemeral-storage"))
+    if capacity is None:
+        return "no ephemeral-storage capacity in node status (kubelet's filesystem unknown)", None
+    have, want = capacity / 2 ** 30, nvme_gb * 1e9 / 2 ** 30
+    if capacity < RAID0_MIN_FRACTION * nvme_gb * 1e9:
+        return (f"the EC2NodeClass asks for instanceStorePolicy RAID0 but ephemeral-storage capacity is {have:.0f} GiB, "
+                f"not the {nvme_gb:.0f} GB ({want:.0f} GiB) of NVMe: kubelet and containerd are on the root volume, "
+                "so images unpack at EBS speed"), None
+    return None, f"ephemeral storage {have:.0f} GiB on the NVMe RAID0 ({nvme_gb:.0f} GB)"
+
+
 def judge_hardware(nodepool_name: str, nodepool: dict | None, nodeclass: dict | None, nodes: list[dict],
                    instances: dict[str, dict], images: dict[str, dict], *,
                    lookup_errors: list[str] | None = None) -> CheckResult:
@@ -167,11 +198,15 @@ def judge_hardware(nodepool_name: str, nodepool: dict | None, nodeclass: dict | 
             if kind.variant != want:
                 problems.append(f"AMI variant {kind.variant}, an {labels.get(GPU_MANUFACTURER_LABEL, want)} GPU "
                                 f"instance needs the {want} variant")
+        store_problem, store_evidence = instance_store_problem(nodeclass, node)
+        if store_problem:
+            problems.append(store_problem)
         if ami_id in resolved:
             reqs = ", ".join(f"{r.get('key')} {r.get('operator')} {r.get('values') or ''}".strip()
                              for r in resolved[ami_id].get("requirements") or [])
             ami_text += f"; EC2NodeClass status.amis maps it to [{reqs}]"
-        line = f"node {name} ({itype}, instance {iid or '?'}): {ami_text}"
+        line = f"node {name} ({itype}, instance {iid or '?'}): {ami_text}" + (
+            f"; {store_evidence}" if store_evidence else "")
         if problems:
             failures.append(f"{name} ({itype}, {ami_id or 'AMI unknown'}"
                             f"{', ' + repr(image.get('Name')) if image else ''}): {'; '.join(problems)}")

@@ -115,3 +115,11 @@ def test_the_layered_image_pulls_faster_than_one_fat_layer():
     print(f"pull: layered+FastImagePull {fast:.1f} s, one fat layer+FastImagePull {fat:.1f} s, one stream {serial:.1f} s")
     assert fast < 0.5 * fat and fat == pytest.approx(serial, rel=0.05)
     assert catalogue.STAGE_DURATIONS["image_pull"].seconds == round(fast)  # the stack's default: whole seconds
+
+
+def test_the_locked_cuda_runtime_is_the_cuda_the_catalogue_says_torch_brings():
+    """TORCH_CUDA drives the hardware policy (driver >= 580, sm_75+); the lock must really carry that CUDA."""
+    locked = {r["name"]: r["version"] for rows in lock().values() for r in rows}
+    assert locked["torch"] == catalogue.TORCH_CUDA["torch"]
+    assert ".".join(locked["nvidia-cuda-runtime"].split(".")[:2]) == catalogue.TORCH_CUDA["cuda"]
+    assert f'cuda>={catalogue.TORCH_CUDA["cuda"]}' in (ROOT / "worker" / "Dockerfile").read_text()

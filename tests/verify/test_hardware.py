@@ -148,3 +148,43 @@ def test_run_reports_an_instance_ec2_does_not_know(aws):
     r = hardware.run(ctx)
     assert r.status == "fail"
     assert any("ec2:DescribeInstances on i-0deadbeefdeadbeef: InvalidInstanceID.NotFound" in e for e in r.evidence)
+
+
+# --- the instance-store RAID0: kubelet's filesystem must really be the NVMe --------------------------------------
+
+def _raid0_nodeclass():
+    nc = copy.deepcopy(load("ec2nodeclass_gpu_swapped.json"))
+    nc["spec"]["instanceStorePolicy"] = "RAID0"
+    return nc
+
+
+def _judge(node, nodeclass):
+    return hardware.judge_hardware("gpu", load("nodepool_gpu.json"), nodeclass, [node],
+                                   {"i-0a1b2c3d4e5f60718": {"ImageId": "ami-1"}}, {"ami-1": {"Name": NVIDIA}})
+
+
+def test_raid0_asked_but_kubelet_on_the_root_volume_fails_naming_both_sizes():
+    node = _node()  # a g5.xlarge (250 GB NVMe) whose ephemeral storage is the 100 GiB root volume
+    r = _judge(node, _raid0_nodeclass())
+    assert r.status == "fail"
+    assert "instanceStorePolicy RAID0" in r.summary and "100 GiB" in r.summary and "250 GB" in r.summary
+
+
+def test_raid0_on_the_nvme_passes_and_says_so():
+    node = _node()
+    node["status"]["capacity"]["ephemeral-storage"] = "244130000Ki"  # ~233 GiB: the 250 GB array
+    node["metadata"]["labels"]["karpenter.k8s.aws/instance-local-nvme"] = "250"
+    r = _judge(node, _raid0_nodeclass())
+    assert r.status == "pass", r.summary
+    assert any("on the NVMe RAID0 (250 GB)" in e for e in r.evidence)
+
+
+def test_without_raid0_in_the_nodeclass_the_root_volume_is_fine():
+    assert _judge(_node(), load("ec2nodeclass_gpu_swapped.json")).status == "pass"
+
+
+@pytest.mark.parametrize("text,value", [("104845292Ki", 104845292 * 1024), ("17Gi", 17 * 2 ** 30), ("450G", 450e9),
+                                        ("3920m", 3.92), ("8", 8.0), ("lots", None), (None, None), (True, None)])
+def test_quantity(text, value):
+    from components.verify.model import quantity
+    assert quantity(text) == value
