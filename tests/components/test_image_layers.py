@@ -123,3 +123,18 @@ def test_the_locked_cuda_runtime_is_the_cuda_the_catalogue_says_torch_brings():
     assert locked["torch"] == catalogue.TORCH_CUDA["torch"]
     assert ".".join(locked["nvidia-cuda-runtime"].split(".")[:2]) == catalogue.TORCH_CUDA["cuda"]
     assert f'cuda>={catalogue.TORCH_CUDA["cuda"]}' in (ROOT / "worker" / "Dockerfile").read_text()
+
+
+def test_the_lock_files_are_the_lock_tools_layers():
+    """scripts/lock_worker_image.py writes worker/image; its split must be the one committed (nobody hand-edited)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lock_worker_image", ROOT / "scripts" / "lock_worker_image.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    layers = lock()
+    assert [name for name, _ in tool.LAYERS] == list(layers)
+    named = {p for _, pkgs in tool.LAYERS for p in pkgs}
+    for name, pkgs in tool.LAYERS:
+        got = {r["name"] for r in layers[name]}
+        assert got == set(pkgs) if pkgs else not (got & named), name
