@@ -679,35 +679,34 @@ def _pending_message(v: PodVerdict) -> str:
             "instance types in the NodePool")
 
 
-def schedulable_findings(resources: list[Res], facts: Optional[dict] = None) -> list[tuple[str, str]]:
-    """(urn, message) for every GPU pod that matches no NodePool or fits none of its instance types."""
+def _judged_gpu_pods(resources: list[Res], facts: Optional[dict], question: str
+                     ) -> tuple[list[tuple[str, str]], list[tuple[Res, Any]]]:
+    """(findings for pods with an unknown input, (resource, verdict) of every other GPU pod). `question` completes
+    "cannot tell ..." with `{pod}` standing for the pod's description."""
     shapes = nodepool_shapes(resources, facts)
     daemonsets = daemonset_pods(resources)
-    out = []
+    unknown, judged = [], []
     for res, pod, path in gpu_pods(resources):
         v = judge_pod(res, pod, path, shapes, daemonsets)
         if v.unknown:
             # An unknown requirement, label, taint or request could each turn a fit into none: no verdict.
-            out += [(res.urn, unknown_message(p, f"whether pod {describe_res(res)} fits a NodePool"))
-                    for p in v.unknown]
-            continue
-        if not v.fitting:
-            out.append((res.urn, _pending_message(v)))
-    return out
+            unknown += [(res.urn, unknown_message(p, question.format(pod=describe_res(res)))) for p in v.unknown]
+        else:
+            judged.append((res, v))
+    return unknown, judged
+
+
+def schedulable_findings(resources: list[Res], facts: Optional[dict] = None) -> list[tuple[str, str]]:
+    """(urn, message) for every GPU pod that matches no NodePool or fits none of its instance types."""
+    out, judged = _judged_gpu_pods(resources, facts, "whether pod {pod} fits a NodePool")
+    return out + [(res.urn, _pending_message(v)) for res, v in judged if not v.fitting]
 
 
 def diversity_findings(resources: list[Res], facts: Optional[dict] = None) -> list[tuple[str, str]]:
     """(urn, message) for every GPU pod that exactly one admitted instance type can host."""
-    shapes = nodepool_shapes(resources, facts)
-    daemonsets = daemonset_pods(resources)
-    out = []
-    for res, pod, path in gpu_pods(resources):
-        v = judge_pod(res, pod, path, shapes, daemonsets)
+    out, judged = _judged_gpu_pods(resources, facts, "how many instance types can host pod {pod}")
+    for res, v in judged:
         types = sorted({t.name for _s, t in v.fitting})
-        if v.unknown:
-            out += [(res.urn, unknown_message(p, f"how many instance types can host pod {describe_res(res)}"))
-                    for p in v.unknown]
-            continue
         if len(types) != 1:
             continue
         pools = ", ".join(sorted({s.what for s, _t in v.fitting}))

@@ -524,27 +524,28 @@ def test_bad_prefixes_go_to_the_dlq_with_one_line_each(env):
     assert proc.calls == [] and keys(s3) == [] and counts(sqs, url) == (0, 0)
 
 
+class PutDuringFirstGet(RecordingS3):
+    """Writes `key` (rewriting or adding an object of the slide) just before the download's first GET (once)."""
+
+    def __init__(self, real, key: str, body: bytes):
+        super().__init__(real)
+        self.key, self.body, self.done = key, body, False
+
+    def get_object(self, **kw):
+        if not self.done and kw.get("IfMatch"):
+            self.done = True
+            self.real.put_object(Bucket=SLIDES, Key=self.key, Body=self.body)
+        return self.real.get_object(**kw)
+
+
 def test_a_prefix_rewritten_during_the_download_is_retried_not_dead_lettered(env):
     s3, sqs = env
     put_case(s3)
     url, dlq = make_queues(sqs)
     send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
 
-    class RescanDuringFirstGet(RecordingS3):
-        """Rewrites one of the slide's objects just before the first GET of the download (once)."""
-
-        def __init__(self, real):
-            super().__init__(real)
-            self.done = False
-
-        def get_object(self, **kw):
-            if not self.done and kw.get("IfMatch"):
-                self.done = True
-                self.real.put_object(Bucket=SLIDES, Key=CASE + "S1/Index.dat", Body=b"rescanned")
-            return self.real.get_object(**kw)
-
     proc = StandIn()
-    c = Consumer(settings(url), proc, s3=RescanDuringFirstGet(s3))
+    c = Consumer(settings(url), proc, s3=PutDuringFirstGet(s3, CASE + "S1/Index.dat", b"rescanned"))
     assert c.run() == 0
     assert [o.status for o in c.outcomes] == ["retry", "done"]
     assert "PrefixChanged: " in c.outcomes[0].reason and "changed during the download" in c.outcomes[0].reason
@@ -559,19 +560,8 @@ def test_an_object_added_during_the_download_is_caught_by_the_second_listing(env
     url, _ = make_queues(sqs)
     send(sqs, url, {"slide": f"s3://{SLIDES}/{CASE}", "output": OUT})
 
-    class AddDuringDownload(RecordingS3):
-        def __init__(self, real):
-            super().__init__(real)
-            self.done = False
-
-        def get_object(self, **kw):
-            if not self.done and kw.get("IfMatch"):
-                self.done = True
-                self.real.put_object(Bucket=SLIDES, Key=CASE + "S1/Data0002.dat", Body=b"late tiles")
-            return self.real.get_object(**kw)
-
     proc = StandIn()
-    c = Consumer(settings(url), proc, s3=AddDuringDownload(s3))
+    c = Consumer(settings(url), proc, s3=PutDuringFirstGet(s3, CASE + "S1/Data0002.dat", b"late tiles"))
     c.run()
     assert [o.status for o in c.outcomes] == ["retry", "done"]
     assert f"objects under s3://{SLIDES}/{CASE} changed during the download" in c.outcomes[0].reason
