@@ -35,6 +35,10 @@ SQS_MAX_VISIBILITY_S = 43200
 #: Seconds past the grace period before the watchdog releases a slide whose processor never checks for
 #: cancellation (a processor that reports progress is cancelled right at the end of the grace period).
 WATCHDOG_SLACK_S = 2.0
+#: Longest the watchdog waits for its release call (SQS ChangeMessageVisibility) before it exits anyway: a slow or
+#: retrying SQS must not keep a stopping pod past its grace period (the message then reappears at its visibility
+#: timeout instead of at once).
+WATCHDOG_RELEASE_TIMEOUT_S = 5.0
 #: Names of the message attributes put on a message the consumer sends to the dead-letter queue.
 DLQ_REASON_ATTR = "gpuburst-reason"
 DLQ_ATTRS = (DLQ_REASON_ATTR, "gpuburst-source-queue", "gpuburst-source-message-id", "gpuburst-receive-count")
@@ -344,7 +348,16 @@ class Consumer:
             if self._phase != "processing" or self._current is None:
                 return
             msg = self._current
-            self._release_locked(msg, "grace period ran out; slide not interruptible")
+            # The release runs on its own thread so that a hung SQS call cannot hold the exit below; the lock stays
+            # held meanwhile, so the processing thread cannot commit a slide whose message is being released.
+            release = threading.Thread(target=self._release_locked, name="grace-release", daemon=True,
+                                       args=(msg, "grace period ran out; slide not interruptible"))
+            release.start()
+            release.join(WATCHDOG_RELEASE_TIMEOUT_S)
+            if release.is_alive():
+                self._released = True
+                log.warning(event("message.release_timeout", msg=msg["MessageId"], timeout_s=WATCHDOG_RELEASE_TIMEOUT_S,
+                                  detail="SQS did not answer; the message reappears when its visibility times out"))
         if self.settings.hard_exit_after_grace:
             log.info(event("consumer.exit", reason="grace period over, message released", code=0))
             logging.shutdown()

@@ -118,8 +118,13 @@ class Proc:
                 self._new.wait(timeout=min(left, 0.5))
 
     def finish(self, timeout_s: float) -> int:
-        """Wait for exit and for the rest of the output; return the exit code."""
-        code = self.p.wait(timeout=timeout_s)
+        """Wait for exit and for the rest of the output; return the exit code (fail with the output after
+        timeout_s, so a hang says where the process was)."""
+        try:
+            code = self.p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the worker did not exit within {timeout_s} s; output so far:\n"
+                                 + self.output) from None
         self._reader.join(timeout=10)
         return code
 

@@ -284,6 +284,53 @@ def test_sigterm_mid_slide_finishes_within_the_grace_period(env, aws):
     assert counts(sqs, url) == (0, 0)
 
 
+class HangingRelease:
+    """The real SQS client, except that making a message visible again (VisibilityTimeout=0) hangs until `unblock`."""
+
+    def __init__(self, real):
+        self.real = real
+        self.unblock = threading.Event()
+
+    def change_message_visibility(self, **kw):
+        if kw.get("VisibilityTimeout") == 0:
+            self.unblock.wait(60)
+        return self.real.change_message_visibility(**kw)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_a_hung_sqs_does_not_keep_the_watchdog_past_its_bound(env, monkeypatch, caplog):
+    """SIGTERM past the grace period on an uninterruptible slide while SQS does not answer the release: the watchdog
+    gives up on the call after WATCHDOG_RELEASE_TIMEOUT_S (and would exit), the slide is not committed."""
+    import worker.consumer as consumer_module
+
+    monkeypatch.setattr(consumer_module, "WATCHDOG_SLACK_S", 0.2)
+    monkeypatch.setattr(consumer_module, "WATCHDOG_RELEASE_TIMEOUT_S", 1.0)
+    s3, sqs = env
+    url, _ = make_queues(sqs)
+    send(sqs, url, msg("a"))
+    hanging = HangingRelease(sqs)
+    c = Consumer(settings(url, grace_period_s=0.3), StandIn(4, interruptible=False), s3=s3, sqs=hanging)
+    stopped = {}
+
+    def stop_when_processing():
+        while c._phase != "processing":
+            time.sleep(0.05)
+        stopped["at"] = time.time()
+        c.request_stop("test")
+
+    threading.Thread(target=stop_when_processing, daemon=True).start()
+    try:
+        with caplog.at_level(logging.INFO, logger="worker"):
+            c.run()
+    finally:
+        hanging.unblock.set()
+    [timeout] = [r for r in caplog.records if "message.release_timeout" in r.getMessage()]
+    assert timeout.created - stopped["at"] < 0.3 + 0.2 + 1.0 + 1.0  # grace + slack + release bound + the 0.5 s wake-up
+    assert [o.status for o in c.outcomes] == ["released"] and keys(s3) == []
+
+
 @pytest.mark.parametrize("uninterruptible", [False, True], ids=["cancelled-via-progress", "released-by-watchdog"])
 def test_sigterm_past_the_grace_period_releases_the_message_at_once(env, aws, uninterruptible):
     s3, sqs = env
