@@ -162,20 +162,19 @@ def _as_mapping(value: Any, what: str) -> dict[str, str]:
     raise UsageError(f"stack output {what} is {type(value).__name__}, expected a string or a map")
 
 
+def _check_names(flag: str, values: list[str]) -> list[str]:
+    """The check names of a repeatable, comma-separated flag; UsageError naming the flag for an unknown one."""
+    names = [s.strip() for item in values for s in item.split(",") if s.strip()]
+    unknown = [s for s in names if s not in CHECK_NAMES]
+    if unknown:
+        raise UsageError(f"{flag} {unknown[0]!r} is not a check (checks: {', '.join(CHECK_NAMES)})")
+    return names
+
+
 def settings_from(args: argparse.Namespace, outputs: dict[str, Any], tmpdir: str) -> VerifySettings:
     """Merge stack outputs and flags (flags win) into VerifySettings; write a stack kubeconfig into tmpdir."""
-    skip: list[str] = []
-    for item in args.skip:
-        skip += [s.strip() for s in item.split(",") if s.strip()]
-    unknown = [s for s in skip if s not in CHECK_NAMES]
-    if unknown:
-        raise UsageError(f"--skip {unknown[0]!r} is not a check (checks: {', '.join(CHECK_NAMES)})")
-    only: list[str] = []
-    for item in args.check:
-        only += [s.strip() for s in item.split(",") if s.strip()]
-    unknown = [s for s in only if s not in CHECK_NAMES]
-    if unknown:
-        raise UsageError(f"--check {unknown[0]!r} is not a check (checks: {', '.join(CHECK_NAMES)})")
+    skip = _check_names("--skip", args.skip)
+    only = _check_names("--check", args.check)
     if not 1 <= args.burst_probes <= MAX_PROBES:
         raise UsageError(f"--burst-probes {args.burst_probes} is not valid: an integer from 1 to {MAX_PROBES}")
     for flag, value in (("--burst-first-result-s", args.burst_first_result_s),
