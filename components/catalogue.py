@@ -5,16 +5,20 @@ table row with its reason, so an error message can quote it and a test can check
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from datetime import date, datetime, timezone
 from typing import Iterable
 
 # --------------------------------------------------------------------------------------------------------------------
 # Pins: what the stack deploys unless a stack's config overrides it (and the override is checked against the facts).
 # --------------------------------------------------------------------------------------------------------------------
 
-KUBERNETES_VERSION = "1.34"
-"""EKS control-plane version: inside both the pinned Karpenter's and the pinned KEDA's supported ranges."""
+KUBERNETES_VERSION = "1.35"
+"""EKS control-plane version: inside both the pinned Karpenter's (1.29-1.35) and the pinned KEDA's (1.33-1.35)
+supported ranges, within the schemas kubernetes-validate ships (1.25-1.37), and in EKS standard support until
+2027-03-27 (see `EKS_SUPPORT`)."""
 
 KARPENTER_VERSION = "1.14.1"
 """Karpenter controller and `karpenter-crd` chart version (always the same; see `KARPENTER_CHARTS`)."""
@@ -22,8 +26,10 @@ KARPENTER_VERSION = "1.14.1"
 KEDA_VERSION = "2.20.2"
 """KEDA chart and operator version; TriggerAuthentication and ScaledJob schemas are judged against this one."""
 
-NVIDIA_DEVICE_PLUGIN_VERSION = "0.18.0"
-"""NVIDIA k8s-device-plugin chart version (advertises `nvidia.com/gpu` on GPU nodes)."""
+NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.0"
+"""NVIDIA k8s-device-plugin chart version (advertises `nvidia.com/gpu` on GPU nodes): 0.20.0 (2026-08-19), which
+passes CDI feature flags through (`cdi.featureFlags`, since 0.18.1/0.18.2) and vendors node-feature-discovery 0.19.0
+(not installed here: `gfd.enabled` stays false)."""
 
 WORKER_BASE_IMAGE = ("python:3.11.14-slim-bookworm"
                      "@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d")
@@ -244,6 +250,183 @@ def keda_scaling_strategy_problem(strategy: str, keda_version: str = KEDA_VERSIO
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# NVIDIA device plugin facts.
+# --------------------------------------------------------------------------------------------------------------------
+
+DEVICE_PLUGIN_MINIMUM = "0.18.2"
+"""Oldest device plugin the stack accepts: the first that passes `cdi.featureFlags` to the CDI library (0.18.1 added
+the value, 0.18.2 made it reach the library; NVIDIA/k8s-device-plugin CHANGELOG), so the AL2023 workaround below can
+be set at all."""
+
+DEVICE_PLUGIN_BROKEN_RELEASES: dict[str, str] = {
+    v: ("nvidia-device-plugin 0.19.0-0.19.2 changed the defaults of the gds, gdrcopy and mofed flags "
+        "(NVIDIA/k8s-device-plugin #1550; reverted in 0.19.3, #1837): a plugin upgrade silently changes what every "
+        "GPU container gets mounted; use 0.19.3 or later")
+    for v in ("0.19.0", "0.19.1", "0.19.2")
+}
+"""Device plugin releases that must never be deployed, with the reason."""
+
+DEVICE_PLUGIN_CDI_FEATURE_FLAGS: tuple[str, ...] = ("disable-nvsandboxutils",)
+"""CDI feature flags the stack sets on the device plugin by default (`cdi.featureFlags`, comma-joined).
+`disable-nvsandboxutils`: the plugin crash-looped on the AL2023 NVIDIA AMI v20260423 (same 580.126.09 driver as
+v20260403) because libnvidia-sandboxutils failed its init with ERROR_NVML_LIB_CALL before NVML was called, so no GPU
+was allocatable after an `al2023@latest` rollout with no change on the user's side (awslabs/amazon-eks-ami #2706, the
+workaround named there). Without sandboxutils the plugin discovers devices the way it did before 0.17."""
+
+
+def device_plugin_version_problem(version: str) -> str | None:
+    """Why this nvidia-device-plugin chart version must not be deployed, or None."""
+    try:
+        v = parse_version(version)
+    except ValueError as e:
+        return f"nvidia-device-plugin version {version!r}: {e}"
+    canonical = "%d.%d.%d" % v
+    if canonical in DEVICE_PLUGIN_BROKEN_RELEASES:
+        return DEVICE_PLUGIN_BROKEN_RELEASES[canonical]
+    if v < parse_version(DEVICE_PLUGIN_MINIMUM):
+        return (f"nvidia-device-plugin {version} is older than the minimum {DEVICE_PLUGIN_MINIMUM} (it ignores "
+                "cdi.featureFlags, so the AL2023 nvsandboxutils workaround cannot be set)")
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# EKS support calendar: when each Kubernetes minor leaves standard and extended support, and what that costs.
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EksSupport:
+    """One Kubernetes minor on EKS: its release and end-of-support dates (UTC; billing changes at 00:00 UTC)."""
+
+    minor: str
+    """Kubernetes minor, e.g. `1.35`."""
+    eks_release: date
+    """Day the minor became available on EKS."""
+    standard_end: date
+    """End of standard support: from this day the control plane bills extended support (upgrade policy EXTENDED) or
+    is auto-upgraded (STANDARD)."""
+    extended_end: date
+    """End of extended support: from this day EKS auto-upgrades the control plane whatever the policy."""
+    source: str
+    """Where the dates come from."""
+
+
+_AWS_CALENDAR = ("AWS EKS user guide, 'Amazon EKS Kubernetes release calendar' (awsdocs/amazon-eks-user-guide "
+                 "latest/ug/versioning/kubernetes-versions.adoc)")
+EKS_SUPPORT: dict[str, EksSupport] = {s.minor: s for s in (
+    EksSupport("1.29", date(2024, 1, 23), date(2025, 3, 23), date(2026, 3, 23), _AWS_CALENDAR),
+    EksSupport("1.30", date(2024, 5, 23), date(2025, 7, 23), date(2026, 7, 23), _AWS_CALENDAR),
+    EksSupport("1.31", date(2024, 9, 26), date(2025, 11, 26), date(2026, 11, 26), _AWS_CALENDAR),
+    EksSupport("1.32", date(2025, 1, 23), date(2026, 3, 23), date(2027, 3, 23), _AWS_CALENDAR),
+    EksSupport("1.33", date(2025, 5, 29), date(2026, 7, 29), date(2027, 7, 29), _AWS_CALENDAR),
+    EksSupport("1.34", date(2025, 10, 2), date(2026, 12, 2), date(2027, 12, 2), _AWS_CALENDAR),
+    EksSupport("1.35", date(2026, 1, 27), date(2027, 3, 27), date(2028, 3, 27),
+               "the AWS calendar as mirrored by endoflife.date/amazon-eks and aws-samples' EKS operation review "
+               "(verified 2026-04-24); 14 + 12 months from the EKS release"),
+    EksSupport("1.36", date(2026, 6, 2), date(2027, 8, 2), date(2028, 8, 2),
+               "EKS release and end of standard support as reported 2026-08 (devopsdreams, 'Kubernetes 1.36 on "
+               "Amazon EKS'); end of extended support by the calendar's 12-month rule, not yet seen published"),
+)}
+"""The EKS support calendar per Kubernetes minor, 1.29 (the oldest the catalogue's Karpenter lines support) to 1.36.
+`verify` compares it with the live `eks:DescribeClusterVersions` answer where it can."""
+
+EKS_STANDARD_USD_PER_CLUSTER_HOUR = 0.10
+"""EKS control-plane price per cluster-hour in standard support (aws.amazon.com/eks/pricing)."""
+
+EKS_EXTENDED_USD_PER_CLUSTER_HOUR = 0.60
+"""EKS control-plane price per cluster-hour in extended support, 6x standard (aws.amazon.com/eks/pricing; the
+'extended support for Kubernetes versions pricing' AWS blog)."""
+
+HOURS_PER_MONTH = 730
+"""Hours in an average month, for the monthly figures in messages (8,760 / 12)."""
+
+SUPPORT_TYPES = ("STANDARD", "EXTENDED")
+"""Values of an EKS cluster's `upgradePolicy.supportType`: STANDARD auto-upgrades the control plane at the end of
+standard support (no extended-support charge); EXTENDED keeps the version, billed at the extended price, until the
+end of extended support. EKS's own default, when the field is not set, is EXTENDED."""
+
+DEFAULT_SUPPORT_TYPE = "STANDARD"
+"""The stack's `upgradePolicy.supportType` unless a stack sets `gpuburst:upgradeSupportType`: a burst platform would
+rather be told early (the rule below) and upgrade on its own schedule than pay 6x for the control plane unnoticed."""
+
+SUPPORT_WARNING_DAYS = 90
+"""Days before the end of standard support from which a stack on that version is told (advisory)."""
+
+TODAY_ENV = "GPUBURST_TODAY"
+"""Environment variable (ISO date, e.g. 2026-11-15) that the support rule takes as today instead of the UTC date:
+for reproducible CI runs and for asking whether a stack will still pass on a later day."""
+
+ADVISORY = "advisory"
+MANDATORY = "mandatory"
+
+
+@dataclass(frozen=True)
+class SupportFinding:
+    """What the support rule says about one Kubernetes version on one day."""
+
+    level: str
+    """`advisory` (tell, do not block) or `mandatory` (block)."""
+    message: str
+    """One line naming the version, the date and the cost."""
+
+
+def today() -> date:
+    """The day the support rule judges: $GPUBURST_TODAY when set (ISO date), else today in UTC."""
+    raw = os.environ.get(TODAY_ENV, "").strip()
+    if raw:
+        try:
+            return date.fromisoformat(raw)
+        except ValueError:
+            raise ValueError(f"{TODAY_ENV}={raw!r} is not valid: an ISO date such as 2026-11-15") from None
+    return datetime.now(timezone.utc).date()
+
+
+def _extended_cost() -> str:
+    extra = (EKS_EXTENDED_USD_PER_CLUSTER_HOUR - EKS_STANDARD_USD_PER_CLUSTER_HOUR) * HOURS_PER_MONTH
+    return (f"extended support bills ${EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of "
+            f"${EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f} (6x; about ${extra:,.0f} more per cluster-month)")
+
+
+def kubernetes_support_finding(kubernetes_version: str, support_type: str = DEFAULT_SUPPORT_TYPE,
+                               on: date | None = None) -> SupportFinding | None:
+    """The support rule, shared by config, the policy pack and `verify`: None while the version has more than
+    `SUPPORT_WARNING_DAYS` of standard support left; an advisory inside that window (naming the date and what
+    extended support costs), or past it with upgrade policy EXTENDED (it is being billed); mandatory past the end of
+    standard support with STANDARD (EKS auto-upgrades the control plane under the stack), past the end of extended
+    support, or for a minor the calendar does not know."""
+    on = on or today()
+    try:
+        k = "%d.%d" % minor(kubernetes_version)
+    except ValueError as e:
+        return SupportFinding(MANDATORY, f"kubernetes version {kubernetes_version!r}: {e}")
+    row = EKS_SUPPORT.get(k)
+    if row is None:
+        return SupportFinding(MANDATORY, f"Kubernetes {k} is not in the catalogue's EKS support calendar (known: "
+                                         f"{join(EKS_SUPPORT)}): its end of support cannot be judged")
+    upgrade = f"upgrade to a minor in standard support (the catalogue pins {KUBERNETES_VERSION})"
+    if on >= row.extended_end:
+        return SupportFinding(MANDATORY, f"Kubernetes {k} left EKS extended support on {row.extended_end}: EKS "
+                                         f"auto-upgrades the control plane at any time; {upgrade}")
+    if on >= row.standard_end:
+        if support_type == "EXTENDED":
+            return SupportFinding(ADVISORY, f"Kubernetes {k} left EKS standard support on {row.standard_end} and "
+                                            f"runs on extended support until {row.extended_end}: {_extended_cost()}; "
+                                            f"{upgrade}")
+        return SupportFinding(MANDATORY, f"Kubernetes {k} left EKS standard support on {row.standard_end}: with "
+                                         f"upgradePolicy.supportType {support_type} EKS auto-upgrades the control "
+                                         f"plane (nodes, add-ons and charts stay behind); {upgrade}, or choose "
+                                         f"EXTENDED knowingly: {_extended_cost()}")
+    left = (row.standard_end - on).days
+    if left <= SUPPORT_WARNING_DAYS:
+        then = (f"EKS then auto-upgrades the control plane (upgradePolicy.supportType {support_type}); staying with "
+                f"EXTENDED costs more: {_extended_cost()}" if support_type != "EXTENDED"
+                else f"then {_extended_cost()}")
+        return SupportFinding(ADVISORY, f"Kubernetes {k}'s EKS standard support ends {row.standard_end} (in {left} "
+                                        f"day{'s' if left != 1 else ''}): {then}; {upgrade}")
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # Whole-combination checks, shared by the stack's config, the policy pack and `verify`.
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -334,6 +517,8 @@ def chart_version_problem(chart: str, version: str, *, kubernetes: str | None = 
         return karpenter_version_problem(version)
     if chart == "keda":
         return keda_version_problem(version)
+    if chart == "nvidia-device-plugin":
+        return device_plugin_version_problem(version)
     return None
 
 
@@ -346,8 +531,10 @@ def describe_pins() -> dict[str, str]:
 
 def all_problems_of_pins() -> list[str]:
     """The catalogue checked against itself: the pins must pass the catalogue's own rules."""
-    return combination_problems(kubernetes=KUBERNETES_VERSION, karpenter=CHARTS["karpenter"].version,
-                                karpenter_crd=CHARTS["karpenter-crd"].version, keda=KEDA_VERSION)
+    problems = combination_problems(kubernetes=KUBERNETES_VERSION, karpenter=CHARTS["karpenter"].version,
+                                    karpenter_crd=CHARTS["karpenter-crd"].version, keda=KEDA_VERSION)
+    plugin = device_plugin_version_problem(CHARTS["nvidia-device-plugin"].version)
+    return problems + ([plugin] if plugin else [])
 
 
 # --------------------------------------------------------------------------------------------------------------------

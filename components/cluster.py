@@ -12,7 +12,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from .catalogue import KUBERNETES_VERSION, kubernetes_problems
+from .catalogue import DEFAULT_SUPPORT_TYPE, KUBERNETES_VERSION, SUPPORT_TYPES, kubernetes_problems
 from .karpenter import NODE_MANAGED_POLICIES, node_trust_policy
 from .nodeclass import DISCOVERY_TAG
 from .nodepool import POOL_LABEL
@@ -55,6 +55,8 @@ CLUSTER_RULES = (
          "an int between 2 and 50 (two Karpenter replicas need two nodes: they refuse to share one)"),
     Rule("cluster.system_max_size", _int(2, 100), "an int between 2 and 100, at least system_desired_size"),
     Rule("cluster.system_root_volume_gib", _int(20, 16384), "an int of GiB between 20 and 16384"),
+    Rule("cluster.support_type", lambda v: v in SUPPORT_TYPES,
+         f"one of {', '.join(SUPPORT_TYPES)} (upgradePolicy.supportType; set explicitly, never EKS's silent default)"),
     Rule("cluster.partition", lambda v: v in ("aws", "aws-us-gov", "aws-cn"), "one of aws, aws-us-gov, aws-cn"),
     Rule("cluster.private_subnet_ids", _subnets, "None or a non-empty list of subnet ids (items may be Outputs)"),
     Rule("cluster.public_subnet_ids", _subnets, "None or a non-empty list of subnet ids (items may be Outputs)"),
@@ -69,6 +71,10 @@ class ClusterArgs:
     """Physical EKS cluster name, plain string (others use it before the cluster exists). Required."""
     kubernetes_version: str = KUBERNETES_VERSION
     """Kubernetes minor of the control plane. Default catalogue.KUBERNETES_VERSION."""
+    support_type: str = DEFAULT_SUPPORT_TYPE
+    """`upgradePolicy.supportType`: STANDARD (auto-upgraded at the end of standard support, no extended charge) or
+    EXTENDED (kept, at 6x the control-plane price, until the end of extended support). Always set explicitly: EKS's
+    default when unset is EXTENDED. Default catalogue.DEFAULT_SUPPORT_TYPE (STANDARD)."""
     vpc_id: pulumi.Input[str] | None = None
     """VPC of the cluster; None (default) with no subnets uses the account's default VPC."""
     public_subnet_ids: Sequence[pulumi.Input[str]] | None = None
@@ -117,7 +123,8 @@ class Cluster(pulumi.ComponentResource):
                   "cluster.system_max_size": args.system_max_size,
                   "cluster.system_root_volume_gib": args.system_root_volume_gib,
                   "cluster.private_subnet_ids": args.private_subnet_ids,
-                  "cluster.public_subnet_ids": args.public_subnet_ids, "cluster.partition": args.partition},
+                  "cluster.public_subnet_ids": args.public_subnet_ids, "cluster.partition": args.partition,
+                  "cluster.support_type": args.support_type},
                  CLUSTER_RULES)
         if args.system_max_size < args.system_desired_size:
             raise ConfigError("cluster.system_max_size", args.system_max_size,
@@ -140,6 +147,7 @@ class Cluster(pulumi.ComponentResource):
 
         self.cluster = eks.Cluster(
             f"{name}-eks", name=args.name, version=args.kubernetes_version,
+            upgrade_policy={"support_type": args.support_type},
             # Access entries only (no aws-auth ConfigMap): node roles and people are granted through the EKS API.
             authentication_mode=eks.AuthenticationMode.API,
             create_oidc_provider=True,

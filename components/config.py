@@ -19,6 +19,7 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _CIDR = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})/(\d{1,2})$")
 _ALIAS = re.compile(r"^al2023@(latest|v\d{8})$")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+_CDI_FLAG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
 def _is_cidr(v: Any) -> bool:
@@ -197,7 +198,13 @@ class StackConfig:
     region: str = "us-east-1"
     """AWS region (from `aws:region`). Default: us-east-1."""
     kubernetes_version: str = catalogue.KUBERNETES_VERSION
-    """EKS Kubernetes version. Default: the catalogue's pin."""
+    """EKS Kubernetes version. Default: the catalogue's pin. Judged against the EKS support calendar
+    (catalogue.EKS_SUPPORT): within 90 days of its end of standard support the stack is told (advisory); past it the
+    config is refused unless upgrade_support_type is EXTENDED."""
+    upgrade_support_type: str = catalogue.DEFAULT_SUPPORT_TYPE
+    """The cluster's `upgradePolicy.supportType`: STANDARD (EKS auto-upgrades the control plane at the end of
+    standard support; no extended-support charge) or EXTENDED (the version stays, billed at 6x the control-plane price
+    until the end of extended support). Default: STANDARD (EKS's own default, when unset, is EXTENDED)."""
     karpenter_version: str = catalogue.KARPENTER_VERSION
     """Karpenter (and karpenter-crd) chart version. Default: the catalogue's pin."""
     keda_version: str = catalogue.KEDA_VERSION
@@ -216,6 +223,10 @@ class StackConfig:
     when a workload runs as a consumer. Default: spot and on-demand."""
     gpu_limit: int = 8
     """Most GPUs the NodePool may hold at once (a burst never buys unbounded GPUs). Default: 8."""
+    device_plugin_cdi_feature_flags: tuple[str, ...] = catalogue.DEVICE_PLUGIN_CDI_FEATURE_FLAGS
+    """CDI feature flags of the NVIDIA device plugin (chart value `cdi.featureFlags`, comma-joined), each lower-case
+    words joined by '-'. Default: catalogue.DEVICE_PLUGIN_CDI_FEATURE_FLAGS (`disable-nvsandboxutils`, the AL2023
+    NVIDIA AMI v20260423 workaround); `[]` sets none."""
     ami_alias: str = "al2023@latest"
     """EC2NodeClass AMI alias: al2023@latest or a pinned al2023@vYYYYMMDD. Default: al2023@latest."""
     system_node_instance_type: str = "m6i.large"
@@ -266,6 +277,8 @@ class StackConfig:
 _KEYS: dict[str, str] = {
     "environment": "environment",
     "kubernetesVersion": "kubernetes_version",
+    "upgradeSupportType": "upgrade_support_type",
+    "devicePluginCdiFeatureFlags": "device_plugin_cdi_feature_flags",
     "karpenterVersion": "karpenter_version",
     "kedaVersion": "keda_version",
     "kedaProvider": "keda_provider",
@@ -317,7 +330,13 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
         Rule("environment", lambda v: isinstance(v, str) and bool(_NAME.match(v)),
              "a lower-case name of 1-31 letters, digits or '-', starting with a letter"),
         Rule("kubernetesVersion", lambda v: isinstance(v, str) and re.match(r"^1\.\d+$", v) is not None,
-             "a Kubernetes minor version such as '1.34'"),
+             f"a Kubernetes minor version such as {catalogue.KUBERNETES_VERSION!r}"),
+        Rule("upgradeSupportType", lambda v: v in catalogue.SUPPORT_TYPES,
+             f"one of {catalogue.join(catalogue.SUPPORT_TYPES)} (the EKS cluster's upgradePolicy.supportType)"),
+        Rule("devicePluginCdiFeatureFlags", lambda v: _str_list(v) and all(_CDI_FLAG.match(x) for x in v)
+             and len(set(v)) == len(v),
+             "a list of distinct CDI feature flags, lower-case words joined by '-', e.g. ['disable-nvsandboxutils'] "
+             "(or [] for none)"),
         Rule("karpenterVersion", lambda v: catalogue.karpenter_version_problem(v) is None,
              f"a Karpenter release >= {catalogue.KARPENTER_MINIMUM} and not one of "
              f"{catalogue.join(catalogue.KARPENTER_BROKEN_RELEASES)} (broken releases)"),
@@ -452,7 +471,16 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
                                               keda=cfg.keda_version)
     if problems:
         raise ConfigError(prefix + "kubernetesVersion", cfg.kubernetes_version, problems[0])
+    support = support_advisory(cfg)
+    if support is not None and support.level == catalogue.MANDATORY:
+        raise ConfigError(prefix + "kubernetesVersion", cfg.kubernetes_version, support.message)
     return cfg
+
+
+def support_advisory(cfg: StackConfig, on: Any = None) -> catalogue.SupportFinding | None:
+    """The EKS support rule on the stack's Kubernetes version and upgrade policy (catalogue.kubernetes_support_finding,
+    judged today or `on`): None when more than 90 days of standard support are left."""
+    return catalogue.kubernetes_support_finding(cfg.kubernetes_version, cfg.upgrade_support_type, on)
 
 
 def _parse_workload(name: str, facts: Any) -> WorkloadConfig:

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .catalogue import CHARTS
+import re
+
+from .catalogue import CHARTS, DEVICE_PLUGIN_CDI_FEATURE_FLAGS, device_plugin_version_problem
 from .nodepool import GPU_PRESENT_LABEL, GPU_TOLERATION
 from .validation import ConfigError
 
@@ -14,8 +16,30 @@ CHART = "nvidia-device-plugin"
 """Key of the chart in catalogue.CHARTS."""
 
 
-def device_plugin_values(*, gpu_label: tuple[str, str] = GPU_PRESENT_LABEL) -> dict:
-    """Helm values of the device plugin: only on GPU nodes (label), tolerating their taint, node-critical priority."""
+_CDI_FLAG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+DEVICE_PLUGIN_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "256Mi"}}
+"""Requests and limits of every device-plugin container (the plugin, the MPS control daemon and its init container).
+ESTIMATE, not measured here: the plugin is a small Go daemon (tens of MiB resident); the limit leaves 4x headroom so
+it is never OOM-killed, since a dead plugin makes every GPU unallocatable. The requests count in the schedulability
+rule's DaemonSet overhead on every GPU node."""
+
+DEVICE_PLUGIN_POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
+"""Pod securityContext: the runtime's default seccomp profile (the chart sets none)."""
+
+DEVICE_PLUGIN_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}}
+"""Container securityContext of the plugin: the chart's own default (no privilege escalation, every capability
+dropped) restated, because setting `securityContext` replaces it, plus RuntimeDefault seccomp. Not read-only root,
+not non-root: the plugin writes its socket into the kubelet's root-owned device-plugins directory and CDI specs into
+/var/run/cdi, and upstream neither documents nor tests it read-only (see components/chart_findings.py)."""
+
+
+def device_plugin_values(*, gpu_label: tuple[str, str] = GPU_PRESENT_LABEL,
+                         cdi_feature_flags: tuple[str, ...] = DEVICE_PLUGIN_CDI_FEATURE_FLAGS) -> dict:
+    """Helm values of the device plugin: only on GPU nodes (label), tolerating their taint, node-critical priority,
+    requests and limits, RuntimeDefault seccomp, and the CDI feature flags (`cdi.featureFlags`, comma-joined; none
+    when empty)."""
     key, value = gpu_label
     return {
         # The chart's default affinity also matches NFD labels this stack does not install; pin it to the label every
@@ -26,6 +50,12 @@ def device_plugin_values(*, gpu_label: tuple[str, str] = GPU_PRESENT_LABEL) -> d
         "tolerations": [dict(GPU_TOLERATION), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
         # Without the plugin no GPU is allocatable: it must never be the pod evicted under node pressure.
         "priorityClassName": "system-node-critical",
+        "resources": {k: dict(v) for k, v in DEVICE_PLUGIN_RESOURCES.items()},
+        "podSecurityContext": dict(DEVICE_PLUGIN_POD_SECURITY),
+        "securityContext": {k: (dict(v) if isinstance(v, dict) else v) for k, v in
+                            DEVICE_PLUGIN_CONTAINER_SECURITY.items()},
+        # The chart renders CDI_FEATURE_FLAGS only for a string; None leaves the variable out.
+        "cdi": {"featureFlags": ",".join(cdi_feature_flags) if cdi_feature_flags else None},
     }
 
 
@@ -39,6 +69,9 @@ class NvidiaDevicePluginArgs:
     """Namespace created for the plugin. Default: the catalogue's namespace for the chart."""
     create_namespace: bool = True
     """Create the namespace (Helm v4 charts do not). Default True."""
+    cdi_feature_flags: tuple[str, ...] = DEVICE_PLUGIN_CDI_FEATURE_FLAGS
+    """CDI feature flags (`cdi.featureFlags`). Default catalogue.DEVICE_PLUGIN_CDI_FEATURE_FLAGS
+    (`disable-nvsandboxutils`, the AL2023 NVIDIA AMI v20260423 workaround); () sets none."""
 
 
 class NvidiaDevicePlugin(pulumi.ComponentResource):
@@ -49,6 +82,13 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
         args = args or NvidiaDevicePluginArgs()
         if not isinstance(args.version, str) or not args.version:
             raise ConfigError("nvidia_device_plugin.version", args.version, "a chart version as a plain string")
+        problem = device_plugin_version_problem(args.version)
+        if problem:
+            raise ConfigError("nvidia_device_plugin.version", args.version, problem)
+        flags = tuple(args.cdi_feature_flags)
+        if not all(isinstance(f, str) and _CDI_FLAG.match(f) for f in flags):
+            raise ConfigError("nvidia_device_plugin.cdi_feature_flags", list(flags),
+                              "CDI feature flags as lower-case words joined by '-', e.g. ('disable-nvsandboxutils',)")
         super().__init__("gpuburst:index:NvidiaDevicePlugin", name, None, opts)
         pin = CHARTS[CHART]
         depends: list[pulumi.Resource] = []
@@ -58,6 +98,6 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             depends.append(self.namespace)
         self.chart = k8s.helm.v4.Chart(
             f"{name}-chart", name=pin.chart, chart=pin.chart, version=args.version, namespace=args.namespace,
-            repository_opts={"repo": pin.repository}, values=device_plugin_values(),
+            repository_opts={"repo": pin.repository}, values=device_plugin_values(cdi_feature_flags=flags),
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends))
         self.register_outputs({"version": args.version, "namespace": args.namespace})

@@ -80,8 +80,16 @@ def trigger_authentication_manifest(spec: TriggerAuthSpec, keda_version: str = K
     return check_keda_manifest(manifest, keda_version)
 
 
+KEDA_RESOURCES = {
+    component: {"requests": {"cpu": "100m", "memory": "100Mi"}, "limits": {"cpu": "1", "memory": "1000Mi"}}
+    for component in ("operator", "metricServer", "webhooks")}
+"""Requests and limits of KEDA's three Deployments (operator, metrics API server, admission webhooks): the chart's
+own defaults for 2.20.2, stated here so a chart upgrade cannot drop or change them unseen."""
+
+
 def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict]) -> dict:
-    """Helm values for the KEDA chart: operator service account name, system-node placement, no IRSA."""
+    """Helm values for the KEDA chart: operator service account name, system-node placement, no IRSA, and the
+    requests and limits of every KEDA container (KEDA_RESOURCES)."""
     return {
         # The chart creates the service account; the Pod Identity association refers to it by this name.
         "serviceAccount": {"operator": {"create": True, "name": OPERATOR_SERVICE_ACCOUNT}},
@@ -90,6 +98,7 @@ def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict]) ->
         "tolerations": [dict(t) for t in tolerations],
         # Pod Identity, not IRSA: no eks.amazonaws.com/role-arn annotation on the service account.
         "podIdentity": {"aws": {"irsa": {"enabled": False}}},
+        "resources": {c: {k: dict(v) for k, v in r.items()} for c, r in KEDA_RESOURCES.items()},
     }
 
 

@@ -6,7 +6,7 @@ import pulumi_kubernetes as k8s
 
 from .chooser import PatternChoice, WorkloadFacts, choose_pattern, require_pattern
 from .cluster import Cluster, ClusterArgs
-from .config import StackConfig, WorkloadConfig
+from .config import StackConfig, WorkloadConfig, support_advisory
 from .consumer import GpuConsumer, GpuConsumerArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from .image import WorkerImage, WorkerImageArgs
@@ -49,13 +49,16 @@ class GpuBurstPlatform(pulumi.ComponentResource):
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         choices = choose_patterns(config)  # before super().__init__: a refusal registers nothing
         super().__init__("gpuburst:index:GpuBurstPlatform", name, None, opts)
+        support = support_advisory(config)  # a mandatory finding was refused by parse_config already
+        if support is not None:
+            pulumi.log.warn(f"gpuburst:kubernetesVersion {config.kubernetes_version!r}: {support.message}", self)
         prefix = config.name_prefix
         tags = {"Project": "gpuburst", "Environment": config.environment}
         child = pulumi.ResourceOptions(parent=self)
 
         self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
             name=prefix, kubernetes_version=config.kubernetes_version,
-            endpoint_public_access=config.endpoint_public_access,
+            support_type=config.upgrade_support_type, endpoint_public_access=config.endpoint_public_access,
             public_access_cidrs=list(config.public_access_cidrs),
             system_instance_types=[config.system_node_instance_type],
             system_desired_size=config.system_node_count,
@@ -78,7 +81,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             nodeclass_name=self.nodeclass.nodeclass_name, crd_chart=self.karpenter.crd_chart,
             gpu_limit=config.gpu_limit, instance_types=config.gpu_instance_types,
             capacity_types=config.gpu_capacity_types), opts=in_cluster)
-        self.device_plugin = NvidiaDevicePlugin(f"{name}-nvidia-device-plugin", NvidiaDevicePluginArgs(),
+        self.device_plugin = NvidiaDevicePlugin(f"{name}-nvidia-device-plugin", NvidiaDevicePluginArgs(
+            cdi_feature_flags=config.device_plugin_cdi_feature_flags),
                                                 opts=in_cluster)
         self.keda = Keda(f"{name}-keda", KedaArgs(cluster_name=prefix, version=config.keda_version),
                          opts=in_cluster)

@@ -12,17 +12,24 @@ the versions in the plan and asks the catalogue. Why each rule exists:
 - `keda-scaling-strategy` (stack): KEDA 2.20.0-2.20.1 reject `scalingStrategy.strategy: default` on a ScaledJob;
   judged against the KEDA chart in the same stack (the pin when the stack installs none).
 - `kubernetes-version-range` (stack): a control plane outside the range the stack's Karpenter or KEDA supports.
+- `kubernetes-support-window` (advisory) and `kubernetes-support-ended` (mandatory): the EKS support calendar
+  (`catalogue.kubernetes_support_finding`): within 90 days of the end of standard support, or past it on extended
+  support, the stack is told the date and what extended support costs; past it with `upgradePolicy.supportType`
+  STANDARD (EKS auto-upgrades the control plane under the stack), or past extended support, it is refused. An unset
+  supportType is EKS's default, EXTENDED. Judged today (UTC), or on the policy config's `today` (ISO date), or on
+  $GPUBURST_TODAY.
 Charts are recognised by the last path segment of `chart` (`oci://public.ecr.aws/karpenter/karpenter`,
 `kedacore/keda`, `keda`, `.../keda-2.20.2.tgz`) on `kubernetes:helm.sh/v4:Chart` and `kubernetes:helm.sh/v3:Release`.
 """
 from __future__ import annotations
 
 import re
+from datetime import date
 from itertools import product
 from typing import Any, Iterable, NamedTuple, Optional
 
-from pulumi_policy import (EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy, StackValidationArgs,
-                           StackValidationPolicy)
+from pulumi_policy import (EnforcementLevel, PolicyConfigSchema, ResourceValidationArgs, ResourceValidationPolicy,
+                           StackValidationArgs, StackValidationPolicy)
 
 from components import catalogue
 
@@ -33,6 +40,10 @@ CHART_NAME = "chart-versions"
 PAIR_NAME = "karpenter-chart-pair"
 STRATEGY_NAME = "keda-scaling-strategy"
 KUBERNETES_NAME = "kubernetes-version-range"
+SUPPORT_WINDOW_NAME = "kubernetes-support-window"
+SUPPORT_ENDED_NAME = "kubernetes-support-ended"
+EKS_DEFAULT_SUPPORT_TYPE = "EXTENDED"
+"""What EKS applies when a cluster sets no upgradePolicy.supportType."""
 
 KARPENTER = catalogue.CHARTS["karpenter"].chart
 """The controller chart."""
@@ -219,6 +230,55 @@ def kubernetes_findings(resources: Resources) -> list[tuple[str, str]]:
     return out
 
 
+def support_findings(resources: Resources, on: date | None = None) -> list[tuple[str, str, str]]:
+    """(urn, level, message) of the EKS support rule for every EKS cluster whose Kubernetes version is known."""
+    out: list[tuple[str, str, str]] = []
+    for rtype, urn, props in resources:
+        if rtype not in CLUSTER_TYPES:
+            continue
+        version = dig(props, "version")
+        if version.unknown:
+            out.append((urn, catalogue.MANDATORY, unknown_message(version.path, "the cluster's EKS support rule")))
+            continue
+        if not isinstance(version.value, str) or not version.value.strip():
+            continue  # kubernetes-version-range reports a missing version
+        support = dig(props, "upgradePolicy", "supportType")
+        if support.unknown:
+            out.append((urn, catalogue.MANDATORY, unknown_message(support.path, "the cluster's EKS support rule")))
+            continue
+        unset = support.missing or support.value is None
+        support_type = EKS_DEFAULT_SUPPORT_TYPE if unset else str(support.value)
+        finding = catalogue.kubernetes_support_finding(version.value, support_type, on)
+        if finding is None:
+            continue
+        how = (f"{support.path} is unset (EKS's default {EKS_DEFAULT_SUPPORT_TYPE}; set it explicitly)" if unset
+               else f"{support.path} = {fmt(support.value)}")
+        out.append((urn, finding.level, f"{version.path} = {fmt(version.value)}, {how}: {finding.message}"))
+    return out
+
+
+def _judged_on(args: StackValidationArgs) -> date | None:
+    raw = (args.get_config() or {}).get("today")
+    if raw in (None, ""):
+        return None
+    try:
+        return date.fromisoformat(str(raw))
+    except ValueError:
+        raise ValueError(f"policy config today: {raw!r} is not valid: an ISO date such as 2026-11-15") from None
+
+
+def _support(level: str):
+    def check(args: StackValidationArgs) -> list[tuple[str, str]]:
+        return [(urn, message) for urn, lvl, message in support_findings(_plain_resources(args), _judged_on(args))
+                if lvl == level]
+    check.__name__ = f"support_{level}"
+    return check
+
+
+_TODAY_SCHEMA = PolicyConfigSchema(properties={"today": {
+    "type": "string", "description": "ISO date to judge the EKS support calendar on (default: today in UTC)"}})
+
+
 def _plain_resources(args: StackValidationArgs) -> Resources:
     return [(r.resource_type, r.urn, plain(r.props)) for r in args.resources]
 
@@ -254,4 +314,23 @@ KUBERNETES_POLICY = StackValidationPolicy(
     validate=guard_stack(lambda args: kubernetes_findings(_plain_resources(args))),
 )
 
-POLICIES = [CHART_POLICY, PAIR_POLICY, STRATEGY_POLICY, KUBERNETES_POLICY]
+SUPPORT_WINDOW_POLICY = StackValidationPolicy(
+    name=SUPPORT_WINDOW_NAME,
+    description="Tells a stack whose EKS Kubernetes version leaves standard support within 90 days, or runs on "
+                "extended support (6x the control-plane price), the date and the cost.",
+    enforcement_level=EnforcementLevel.ADVISORY,
+    validate=guard_stack(_support(catalogue.ADVISORY)),
+    config_schema=_TODAY_SCHEMA,
+)
+
+SUPPORT_ENDED_POLICY = StackValidationPolicy(
+    name=SUPPORT_ENDED_NAME,
+    description="An EKS cluster past its version's end of standard support must have chosen upgradePolicy."
+                "supportType EXTENDED (else EKS auto-upgrades its control plane); past extended support it is "
+                "refused.",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    validate=guard_stack(_support(catalogue.MANDATORY)),
+    config_schema=_TODAY_SCHEMA,
+)
+
+POLICIES = [CHART_POLICY, PAIR_POLICY, STRATEGY_POLICY, KUBERNETES_POLICY, SUPPORT_WINDOW_POLICY, SUPPORT_ENDED_POLICY]

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from .. import catalogue
+from ..chart_findings import object_of, unexplained
 from .charts import DUMPER, Expansion, expand, resolve_cache, search_path
 from .mocks import RunResult, run_under_mocks
 
@@ -118,6 +119,8 @@ class SynthOutput:
     """Seconds the whole synth took (program, rendering, files; checkov not included)."""
     checkov: dict[str, dict[str, int]] | None = None
     """Chart name -> {checkov check id: objects failing it} on its rendered objects; None when not run."""
+    checkov_findings: list[tuple[str, str, str]] = field(default_factory=list)
+    """Every (chart, check id, `Kind/name`) checkov failed on the charts' objects (see components/chart_findings.py)."""
     checkov_note: str = ""
 
 
@@ -182,12 +185,15 @@ def checkov_charts(out: SynthOutput, exe: str | None = None) -> None:
         return
     reports = reports if isinstance(reports, list) else [reports]
     found: dict[str, Counter] = {chart: Counter() for chart in out.chart_manifests}
+    triples = set()
     for report in reports:
         for check in report.get("results", {}).get("failed_checks", []):
             parts = Path(str(check.get("file_path", "")).lstrip("/")).parts
             if len(parts) >= 2 and parts[-2] in found:
                 found[parts[-2]][check["check_id"]] += 1
+                triples.add((parts[-2], check["check_id"], object_of(str(check.get("resource", "")))))
     out.checkov = {chart: dict(sorted(c.items())) for chart, c in found.items()}
+    out.checkov_findings = sorted(triples)
 
 
 def summary(out: SynthOutput) -> str:
@@ -218,10 +224,14 @@ def summary(out: SynthOutput) -> str:
     lines.append(f"  rendered {len(charts)} charts ({len(children)} objects) in {out.render_s:.2f} s; "
                  f"synth total {out.total_s:.2f} s")
     if out.checkov is not None:
-        lines += ["", "checkov on the charts' objects (informational; the stack's own manifests are gated):"]
+        lines += ["", "checkov on the charts' objects (each accepted finding has its reason in "
+                      "components/chart_findings.py):"]
         for chart, failed in out.checkov.items():
             lines.append(f"  {chart}: {sum(failed.values())} failed check(s)"
                          + (f": {', '.join(f'{k} x{n}' for k, n in failed.items())}" if failed else ""))
+        new = unexplained(out.checkov_findings)
+        lines.append(f"  {len(out.checkov_findings) - len(new)} finding(s) explained, {len(new)} unexplained"
+                     + (": " + "; ".join(f"{c} {k} on {o}" for c, k, o in new) if new else ""))
     elif out.checkov_note:
         lines += ["", f"checkov on the charts' objects: {out.checkov_note}"]
     lines += ["", f"Plan:      {out.plan_path}", f"Manifests: {out.manifest_dir}/ ({len(out.manifests)} files; "

@@ -1,4 +1,4 @@
-"""The thin boto3 layer of `verify`: the few EC2, SQS, S3 and STS calls the checks make, with errors in one line.
+"""The thin boto3 layer of `verify`: the few EC2, EKS, SQS, S3 and STS calls the checks make, with errors in one line.
 
 Every failure becomes an AwsError naming the IAM action, the resource and AWS's error code, because that is what
 an operator needs to fix a policy. Clients use short timeouts and the SDK's standard retry mode (2 attempts).
@@ -14,6 +14,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 _CONFIG = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"})
 _QUEUE_URL_REGION = re.compile(r"^https://sqs[.-]([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com(?:\.cn)?/")
+_EKS_ENDPOINT_REGION = re.compile(r"^https://[^/]+\.([a-z]{2}(?:-[a-z]+)+-\d)\.eks\.amazonaws\.com(?:\.cn)?"
+                                  r"(?::\d+)?/?$", re.IGNORECASE)
+_NO_SUCH_OPERATION = ("404", "UnknownOperationException", "InvalidAction")
+"""Error codes of an endpoint that does not offer an operation (moto answers 404 for DescribeClusterVersions)."""
 
 
 class AwsError(Exception):
@@ -30,19 +34,25 @@ def region_from_queue_url(url: str) -> str | None:
     return m.group(1) if m else None
 
 
+def region_from_eks_endpoint(url: str) -> str | None:
+    """`https://ABC.gr7.us-east-1.eks.amazonaws.com` -> `us-east-1`; None for other API servers (e.g. a local one)."""
+    m = _EKS_ENDPOINT_REGION.match(url or "")
+    return m.group(1).lower() if m else None
+
+
 def _wrap(action: str, resource: str, fn: Any, **kwargs: Any) -> Any:
     try:
         return fn(**kwargs)
     except ClientError as e:
         err = e.response.get("Error", {})
         code = err.get("Code") or str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "error"))
-        raise AwsError(action, resource, code, (err.get("Message") or "").strip()) from None
+        raise AwsError(action, resource, code, " ".join((err.get("Message") or "").split())) from None
     except BotoCoreError as e:
-        raise AwsError(action, resource, type(e).__name__, str(e)) from None
+        raise AwsError(action, resource, type(e).__name__, " ".join(str(e).split())) from None
 
 
 class Aws:
-    """EC2/SQS/S3/STS clients of one identity (the caller's, or an assumed role's) in one region."""
+    """EC2/EKS/SQS/S3/STS clients of one identity (the caller's, or an assumed role's) in one region."""
 
     def __init__(self, region: str | None = None, session: boto3.session.Session | None = None) -> None:
         self.session = session or boto3.session.Session(region_name=region)
@@ -76,6 +86,37 @@ class Aws:
         out = _wrap("ec2:DescribeImages", ",".join(image_ids), self._client("ec2").describe_images,
                     ImageIds=list(image_ids))
         return list(out.get("Images", []))
+
+    # -- EKS ---------------------------------------------------------------------------------------------------
+    def describe_cluster(self, name: str) -> dict:
+        """eks:DescribeCluster: the `cluster` dict (version, platformVersion, upgradePolicy, ...)."""
+        out = _wrap("eks:DescribeCluster", name, self._client("eks").describe_cluster, name=name)
+        return dict(out.get("cluster") or {})
+
+    def describe_cluster_versions(self, versions: list[str]) -> list[dict]:
+        """eks:DescribeClusterVersions for the given minors (`["1.35"]`): the `clusterVersions` list (release and
+        end-of-support dates per minor). An SDK or endpoint without the operation raises AwsError naming it."""
+        action, resource = "eks:DescribeClusterVersions", ",".join(versions)
+        client = self._client("eks")
+        if not hasattr(client, "describe_cluster_versions"):
+            import botocore
+
+            raise AwsError(action, resource, "UnknownOperation",
+                           f"botocore {botocore.__version__} does not know the operation: upgrade boto3")
+        found: list[dict] = []
+        kwargs: dict[str, Any] = {"clusterVersions": list(versions)}
+        for _ in range(10):  # one page for a handful of minors; a few more at most
+            try:
+                out = _wrap(action, resource, client.describe_cluster_versions, **kwargs)
+            except AwsError as e:
+                if e.code in _NO_SUCH_OPERATION:
+                    raise AwsError(action, resource, e.code, "the endpoint does not offer the operation") from None
+                raise
+            found += list(out.get("clusterVersions") or [])
+            if not out.get("nextToken"):
+                break
+            kwargs["nextToken"] = out["nextToken"]
+        return found
 
     # -- SQS ---------------------------------------------------------------------------------------------------
     def queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:

@@ -31,7 +31,11 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check(versions.NAME, "the Karpenter, karpenter-crd, KEDA, NVIDIA device plugin and Kubernetes versions the "
                          "cluster actually runs pass the catalogue's rules (broken releases, minimums, coupled "
-                         "charts, supported Kubernetes ranges) and equal its pins", versions.run),
+                         "charts, supported Kubernetes ranges) and equal its pins; the Kubernetes minor passes the "
+                         "EKS support rule with the cluster's own upgrade policy (eks:DescribeCluster, with "
+                         "--cluster-name or the stack's clusterName), warning within 90 days of its end of standard "
+                         "support, and the catalogue's calendar agrees with eks:DescribeClusterVersions",
+          versions.run),
     Check(iam.NAME, "the worker's own IAM role can write, read back (and remove) an object under the results "
                     "prefix and read its queue's attributes", iam.run, needs_kube=False),
     Check(keda.NAME, "the KEDA operator's version is accepted; every TriggerAuthentication validates against the "

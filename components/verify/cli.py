@@ -34,6 +34,7 @@ STACK_OUTPUTS = {
     "results_prefix": "resultsPrefix",
     "nodepool": "gpuNodePool",
     "namespace": "namespace",
+    "cluster_name": "clusterName",
 }
 """Which stack output feeds which setting (outputs a stack does not export are simply not used)."""
 
@@ -85,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--nodepool", help="GPU NodePool name (default: the stack's gpuNodePool, else gpu)")
     src.add_argument("--namespace", help="namespace of the ScaledJobs and the verify Job (default: the stack's "
                                          "namespace, else gpuburst)")
+    src.add_argument("--cluster-name", help="EKS cluster name: the versions check reads its version and upgrade "
+                                            "policy with eks:DescribeCluster (default: the stack's clusterName)")
     src.add_argument("--region", help="AWS region (default: from the queue URL, else AWS_REGION)")
     src.add_argument("--slides-bucket", help="bucket the burst check uploads its probe slides to (default: the "
                                              "stack's slidesBucket)")
@@ -218,6 +221,7 @@ def settings_from(args: argparse.Namespace, outputs: dict[str, Any], tmpdir: str
         workloads=workloads, results_bucket=pick(args.results_bucket, "results_bucket"),
         results_prefix=pick(args.results_prefix, "results_prefix", "results/"),
         worker_image=pick(args.worker_image, "worker_image"), region=args.region,
+        cluster_name=pick(args.cluster_name, "cluster_name"),
         grace_s=args.grace_s, timeout_s=args.timeout_s, probe_extra_s=args.probe_margin_s,
         poll_interval_s=args.poll_interval_s, connect_timeout_s=args.connect_timeout_s, skip=tuple(skip),
         only=tuple(dict.fromkeys(only)), slides_bucket=pick(args.slides_bucket, "slides_bucket"),

@@ -73,6 +73,10 @@ class VerifySettings:
     """Image of the gpu-job probe (the worker image: the NVIDIA runtime injects nvidia-smi into it)."""
     region: str | None = None
     """AWS region; None = from the queue URL, else the SDK's configuration (AWS_REGION)."""
+    cluster_name: str | None = None
+    """EKS cluster name (the stack's `clusterName`, `--cluster-name`): the versions check reads its version, platform
+    version and `upgradePolicy.supportType` with eks:DescribeCluster; None = not read (the support rule then assumes
+    the stack's default upgrade policy). Default None."""
     grace_s: float = 300.0
     """Seconds a GPU node may exist before `nvidia.com/gpu` must be allocatable (driver + device plugin start).
     Default 300."""

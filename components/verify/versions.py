@@ -1,17 +1,24 @@
 """The `versions` check: what the cluster actually runs (labels and image tags of the controllers, the CRDs' chart
 stamps, the API server's version), judged by the same catalogue functions as the policy pack, and compared with the
-catalogue's pins (a difference means the upgrade did not roll out, or verify runs from another commit)."""
+catalogue's pins (a difference means the upgrade did not roll out, or verify runs from another commit); and the
+Kubernetes minor judged by the catalogue's EKS support rule with the cluster's own upgrade policy (eks:DescribeCluster),
+and the catalogue's calendar compared with EKS's (eks:DescribeClusterVersions)."""
 from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from typing import Any
 
 from .. import catalogue
 from .keda import canonical, workload_versions
-from .model import FAIL, PASS, CheckResult, ns_name
+from .model import FAIL, PASS, CheckResult, ns_name, parse_time
 
 NAME = "versions"
 KARPENTER_SELECTOR = "app.kubernetes.io/name=karpenter"
 KEDA_SELECTOR = "app.kubernetes.io/name=keda-operator"
 DEVICE_PLUGIN_SELECTOR = "app.kubernetes.io/name=nvidia-device-plugin"
 NODEPOOL_CRD = "nodepools.karpenter.sh"
+EKS_DEFAULT_SUPPORT_TYPE = "EXTENDED"
+"""What EKS applies when a cluster's `upgradePolicy.supportType` is not set (catalogue.SUPPORT_TYPES)."""
 
 
 def server_version(version: dict) -> str | None:
@@ -66,8 +73,13 @@ def _component(chart: str, objects: list[dict], kind: str, evidence: list[str],
 
 
 def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[dict], nodepool_crd: dict | None,
-                   server: dict) -> CheckResult:
-    """The verdict from the controllers' Deployments/DaemonSets, the NodePool CRD and the /version answer."""
+                   server: dict, *, today: date, cluster_name: str | None = None, eks_cluster: dict | None = None,
+                   eks_cluster_error: str | None = None, eks_versions: list[dict] | None = None,
+                   eks_versions_error: str | None = None) -> CheckResult:
+    """The verdict from the controllers' Deployments/DaemonSets, the NodePool CRD, the /version answer and, when a
+    cluster name was given, EKS's answers: `eks_cluster` (eks:DescribeCluster's `cluster`, None when not read;
+    `eks_cluster_error` says why) and `eks_versions` (eks:DescribeClusterVersions' `clusterVersions`, None when not
+    read; `eks_versions_error` says why). The EKS support rule judges the API server's minor on `today`."""
     problems: list[str] = []
     evidence: list[str] = []
     kv = _component("karpenter", karpenter, "Deployment", evidence, problems)
@@ -94,6 +106,7 @@ def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[
                                 f"pin {pin}")
     k8s = server_version(server)
     evidence.append(f"Kubernetes API server: {server.get('gitVersion', '?')}")
+    warning = None
     if k8s is None:
         problems.append(f"cannot read the Kubernetes version from /version: {server}")
     else:
@@ -108,16 +121,127 @@ def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[
             for p in combo:
                 if p not in problems:
                     problems.append(p)
+        warning = _judge_support(k_minor, today, cluster_name, eks_cluster, eks_cluster_error, eks_versions,
+                                 eks_versions_error, evidence, problems)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         return CheckResult(NAME, FAIL, problems[0] + more, problems + [e for e in evidence if e not in problems])
     return CheckResult(NAME, PASS, f"karpenter {kv}, karpenter-crd {crdv or 'unstamped'}, keda {kedav}, Kubernetes "
-                                   f"{k8s}: all pass the catalogue and match its pins", evidence)
+                                   f"{k8s}: all pass the catalogue and match its pins" +
+                       (f"; warning: {warning}" if warning else ""), evidence)
 
+
+def utc_date(value: Any) -> date | None:
+    """An EKS API date (a datetime from boto3, possibly in local time, or an ISO string) as its UTC day, or None."""
+    if isinstance(value, str):
+        value = parse_time(value) or _iso_date(value)
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).date()
+    return value if isinstance(value, date) else None
+
+
+def _iso_date(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text.strip())
+    except ValueError:
+        return None
+
+
+def _judge_support(k_minor: str, today: date, cluster_name: str | None, eks_cluster: dict | None,
+                   eks_cluster_error: str | None, eks_versions: list[dict] | None, eks_versions_error: str | None,
+                   evidence: list[str], problems: list[str]) -> str | None:
+    """The EKS part of the verdict: the cluster's own version and upgrade policy, the catalogue's support rule on
+    `today`, and the catalogue's calendar against EKS's. Appends to evidence/problems; returns an advisory or None."""
+    if eks_cluster is not None:
+        name = eks_cluster.get("name") or cluster_name
+        policy = (eks_cluster.get("upgradePolicy") or {}).get("supportType")
+        support_type = policy or EKS_DEFAULT_SUPPORT_TYPE
+        evidence.append(f"EKS cluster {name}: version {eks_cluster.get('version', '?')}, platform "
+                        f"{eks_cluster.get('platformVersion', '?')}, upgradePolicy.supportType {support_type}" +
+                        ("" if policy else f" (not set: EKS's default {EKS_DEFAULT_SUPPORT_TYPE})"))
+        if support_type not in catalogue.SUPPORT_TYPES:
+            evidence.append(f"EKS cluster {name}: upgradePolicy.supportType {support_type!r} is not one of "
+                            f"{catalogue.join(catalogue.SUPPORT_TYPES)}; judged as not EXTENDED")
+        try:
+            eks_minor = "%d.%d" % catalogue.minor(str(eks_cluster.get("version", "")))
+        except ValueError:
+            problems.append(f"EKS cluster {name}: version {eks_cluster.get('version')!r} is not a Kubernetes version")
+        else:
+            if eks_minor != k_minor:
+                problems.append(f"EKS cluster {name} reports version {eks_minor} but the API server reports "
+                                f"{k_minor}: a control-plane upgrade in progress, or the kubeconfig points at "
+                                "another cluster than --cluster-name")
+        source = "as eks:DescribeCluster reports it"
+    else:
+        support_type = catalogue.DEFAULT_SUPPORT_TYPE
+        if eks_cluster_error:
+            evidence.append(f"{eks_cluster_error}: the EKS upgrade policy was not read; judged as without a "
+                            "cluster name")
+        else:
+            evidence.append("EKS upgrade policy not read (no cluster name: pass --cluster-name or --stack)")
+        source = "unknown: the stack's default assumed"
+    evidence.append(f"EKS support rule on {today}: Kubernetes {k_minor} with upgradePolicy.supportType "
+                    f"{support_type} ({source})")
+    warning = None
+    finding = catalogue.kubernetes_support_finding(k_minor, support_type, today)
+    row = catalogue.EKS_SUPPORT.get(k_minor)
+    if finding is None:
+        evidence.append(f"Kubernetes {k_minor} is in EKS standard support until {row.standard_end} (extended "
+                        f"support until {row.extended_end})" if row else f"Kubernetes {k_minor}: no finding")
+    elif finding.level == catalogue.MANDATORY:
+        problems.append(finding.message)
+    else:
+        warning = finding.message
+        evidence.append(f"warning: {finding.message}")
+    if eks_versions_error:
+        evidence.append(f"{eks_versions_error}: the catalogue's EKS calendar was not compared with EKS's")
+    elif eks_versions is not None:
+        _compare_calendar(k_minor, row, eks_versions, evidence, problems)
+    return warning
+
+
+def _compare_calendar(k_minor: str, row: catalogue.EksSupport | None, eks_versions: list[dict], evidence: list[str],
+                      problems: list[str]) -> None:
+    """catalogue.EKS_SUPPORT's row against eks:DescribeClusterVersions' answer for the same minor (UTC days)."""
+    live = next((v for v in eks_versions if str(v.get("clusterVersion", "")) == k_minor), None)
+    if live is None:
+        answered = catalogue.join(str(v.get("clusterVersion")) for v in eks_versions) or "nothing"
+        evidence.append(f"eks:DescribeClusterVersions answered no entry for Kubernetes {k_minor} ({answered})")
+        return
+    fields = (("endOfStandardSupportDate", "standard_end"), ("endOfExtendedSupportDate", "extended_end"))
+    dates = {api: utc_date(live.get(api)) for api, _ in fields}
+    evidence.append(f"eks:DescribeClusterVersions for Kubernetes {k_minor}: " + ", ".join(
+        f"{api} {dates[api] or live.get(api, 'not stated')}" for api, _ in fields) +
+        (f", versionStatus {live['versionStatus']}" if live.get("versionStatus") else ""))
+    if row is None:
+        return
+    for api, attr in fields:
+        mine = getattr(row, attr)
+        if dates[api] is not None and dates[api] != mine:
+            problems.append(f"EKS reports Kubernetes {k_minor} {api} {dates[api]} but catalogue.EKS_SUPPORT"
+                            f"['{k_minor}'].{attr} is {mine}: the catalogue's calendar is stale (update it in "
+                            "components/catalogue.py)")
 
 def run(ctx) -> CheckResult:
-    """Read the controllers, the NodePool CRD and /version, and judge."""
-    kube = ctx.kube
+    """Read the controllers, the NodePool CRD and /version, then (with a cluster name) the EKS cluster and EKS's
+    support calendar for its minor, and judge on the clock's day (UTC)."""
+    kube, s = ctx.kube, ctx.settings
+    server = kube.server_version or kube.version()
+    eks: dict[str, Any] = {}
+    if s.cluster_name:
+        from .aws import AwsError, region_from_eks_endpoint  # boto3 loads only when a check talks to AWS
+
+        aws = ctx.aws(s.region or region_from_eks_endpoint(getattr(kube, "host", "") or ""))
+        try:
+            eks["eks_cluster"] = aws.describe_cluster(s.cluster_name)
+        except AwsError as e:
+            eks["eks_cluster_error"] = str(e)
+        k8s = server_version(server)
+        if k8s is not None:
+            try:
+                eks["eks_versions"] = aws.describe_cluster_versions(["%d.%d" % catalogue.minor(k8s)])
+            except AwsError as e:
+                eks["eks_versions_error"] = str(e)
     return judge_versions(kube.list_deployments(KARPENTER_SELECTOR), kube.list_deployments(KEDA_SELECTOR),
-                          kube.list_daemonsets(DEVICE_PLUGIN_SELECTOR), kube.get_crd(NODEPOOL_CRD),
-                          kube.server_version or kube.version())
+                          kube.list_daemonsets(DEVICE_PLUGIN_SELECTOR), kube.get_crd(NODEPOOL_CRD), server,
+                          today=ctx.clock.now().astimezone(timezone.utc).date(), cluster_name=s.cluster_name, **eks)

@@ -178,3 +178,15 @@ def test_no_default_vpc_subnets_and_none_given_is_a_config_error():
     with pytest.raises(ConfigError) as e:
         run(ClusterArgs(name=NAME), mocks=InvokeMocks(default_subnets=()))
     assert e.value.field == "cluster.private_subnet_ids" and "no default VPC subnets" in str(e.value)
+
+
+def test_the_upgrade_policy_is_always_explicit(default_vpc):
+    assert one(default_vpc, "eks:index:Cluster").properties["upgradePolicy"] == {"supportType": "STANDARD"}
+    extended = run(ClusterArgs(name=NAME, support_type="EXTENDED"))
+    assert one(extended, "eks:index:Cluster").properties["upgradePolicy"] == {"supportType": "EXTENDED"}
+
+
+def test_a_bad_support_type_is_refused_naming_the_field():
+    with pytest.raises(ConfigError) as e:
+        run(ClusterArgs(name=NAME, support_type="extended"))
+    assert e.value.field == "cluster.support_type" and "STANDARD, EXTENDED" in str(e.value)

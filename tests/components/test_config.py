@@ -296,3 +296,45 @@ def test_bad_image_start_levers_name_key_and_value(keys, field, needle):
         parse_config(with_(**keys))
     text = one_line(e.value)
     assert text.startswith(f"gpuburst:{field}:") and needle in text
+
+
+def test_upgrade_support_type_defaults_to_standard_and_is_checked():
+    assert parse_config(MINIMAL).upgrade_support_type == "STANDARD"
+    assert parse_config({**MINIMAL, "gpuburst:upgradeSupportType": "EXTENDED"}).upgrade_support_type == "EXTENDED"
+    with pytest.raises(ConfigError, match=r"gpuburst:upgradeSupportType: 'extended' is not valid: one of STANDARD, "
+                                          r"EXTENDED"):
+        parse_config({**MINIMAL, "gpuburst:upgradeSupportType": "extended"})
+
+
+def test_1_34_is_refused_past_its_end_of_standard_support_unless_extended(monkeypatch):
+    stack = {**MINIMAL, "gpuburst:kubernetesVersion": "1.34"}
+    monkeypatch.setenv(catalogue.TODAY_ENV, "2026-11-15")
+    assert parse_config(stack).kubernetes_version == "1.34"  # inside the window: told, not refused
+    monkeypatch.setenv(catalogue.TODAY_ENV, "2026-12-02")
+    with pytest.raises(ConfigError) as e:
+        parse_config(stack)
+    text = one_line(e.value)
+    assert text.startswith("gpuburst:kubernetesVersion: '1.34' is not valid: Kubernetes 1.34 left EKS standard "
+                           "support on 2026-12-02") and "$0.60" in text
+    assert parse_config({**stack, "gpuburst:upgradeSupportType": "EXTENDED"}).upgrade_support_type == "EXTENDED"
+
+
+def test_support_advisory_names_the_date(monkeypatch):
+    from datetime import date
+
+    from components.config import support_advisory
+
+    cfg = parse_config({**MINIMAL, "gpuburst:kubernetesVersion": "1.34"})
+    finding = support_advisory(cfg, date(2026, 11, 15))
+    assert finding.level == "advisory" and "2026-12-02" in finding.message
+    assert support_advisory(parse_config(MINIMAL), date(2026, 11, 15)) is None
+
+
+def test_device_plugin_cdi_feature_flags_default_and_bad_values():
+    assert parse_config(MINIMAL).device_plugin_cdi_feature_flags == ("disable-nvsandboxutils",)
+    assert parse_config({**MINIMAL, "gpuburst:devicePluginCdiFeatureFlags": "[]"}).device_plugin_cdi_feature_flags \
+        == ()
+    for bad in (json.dumps(["Disable_NVSandbox"]), json.dumps("disable-nvsandboxutils"),
+                json.dumps(["a", "a"])):
+        with pytest.raises(ConfigError, match="gpuburst:devicePluginCdiFeatureFlags"):
+            parse_config({**MINIMAL, "gpuburst:devicePluginCdiFeatureFlags": bad})

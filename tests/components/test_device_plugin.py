@@ -42,3 +42,31 @@ def test_existing_namespace_and_bad_version():
     with pytest.raises(ConfigError) as e:
         NvidiaDevicePlugin("nvdp", NvidiaDevicePluginArgs(version=""))
     assert e.value.field == "nvidia_device_plugin.version"
+
+
+def test_values_harden_every_container_and_pass_the_cdi_feature_flags():
+    v = device_plugin_values()
+    for key in ("requests", "limits"):
+        assert set(v["resources"][key]) == {"cpu", "memory"}, v["resources"]
+    assert v["podSecurityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    sc = v["securityContext"]
+    # Setting securityContext replaces the chart's default: its two settings must be restated.
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert v["cdi"] == {"featureFlags": "disable-nvsandboxutils"}
+    assert device_plugin_values(cdi_feature_flags=("a-b", "c"))["cdi"] == {"featureFlags": "a-b,c"}
+    assert device_plugin_values(cdi_feature_flags=())["cdi"] == {"featureFlags": None}
+
+
+@pytest.mark.parametrize("version", ["0.19.0", "0.19.2", "0.18.0"])
+def test_refused_device_plugin_releases_name_the_reason(version):
+    with pytest.raises(ConfigError) as e:
+        NvidiaDevicePlugin("nvdp", NvidiaDevicePluginArgs(version=version))
+    assert e.value.field == "nvidia_device_plugin.version"
+    assert ("#1550" in str(e.value)) == version.startswith("0.19"), str(e.value)
+
+
+def test_bad_cdi_feature_flag_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as e:
+        NvidiaDevicePlugin("nvdp", NvidiaDevicePluginArgs(cdi_feature_flags=("Disable NVSandboxUtils",)))
+    assert e.value.field == "nvidia_device_plugin.cdi_feature_flags" and "\n" not in str(e.value)

@@ -128,3 +128,15 @@ def test_verify_gpu_job_with_its_default_nodepool_fits_the_dev_plan(dev_plan):
                                         None, job)]
     assert schedulability.schedulable_findings(resources) == []
     assert schedulability.diversity_findings(resources) == []
+
+
+def test_the_device_plugin_requests_count_in_the_gpu_nodes_daemonset_overhead(dev_plan):
+    from components import catalogue
+
+    resources = as_res(dev_plan)
+    [shape] = schedulability.nodepool_shapes(resources)
+    t = catalogue.INSTANCE_TYPES["g5.2xlarge"]
+    used, names = schedulability.overhead(schedulability.daemonset_pods(resources), shape, t)
+    assert [n for n in names if "nvidia-device-plugin" in n and "mps" not in n], names
+    assert not [n for n in names if "mps-control-daemon" in n], names  # never runs without an MPS sharing config
+    assert used["cpu"] >= 0.05 and used["memory"] >= 64 * 2 ** 20, used

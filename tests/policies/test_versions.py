@@ -160,3 +160,59 @@ def test_over_grpc_with_config_overrides(analyze, samples):
     assert {d.level for d in report.by_policy(rule.CHART_NAME)} == {"MANDATORY"}
     unknown = analyze(samples.plan((samples.T_EKS, samples.cluster(samples.U))))
     assert [d.level for d in unknown.by_policy(rule.KUBERNETES_NAME)] == ["MANDATORY"]
+
+
+# -- the EKS support rule ------------------------------------------------------------------------------------------
+
+def _cluster(samples, version, support_type=None):
+    props = samples.cluster(version)
+    if support_type is not None:
+        props["upgradePolicy"] = {"supportType": support_type}
+    return props
+
+
+@pytest.mark.parametrize("today,support_type,window,ended", [
+    ("2026-09-02", "STANDARD", 0, 0),   # 91 days left: nothing to say
+    ("2026-11-15", "STANDARD", 1, 0),   # inside the 90-day window: told
+    ("2026-12-02", "STANDARD", 0, 1),   # past it: EKS auto-upgrades the control plane
+    ("2026-12-02", "EXTENDED", 1, 0),   # past it, extended support chosen: told what it costs
+    ("2026-12-02", None, 1, 0),         # unset = EKS's default EXTENDED: told, and told to set it
+    ("2027-12-02", "EXTENDED", 0, 1),   # past extended support: refused whatever the policy
+])
+def test_support_rule_on_1_34(run_stack, samples, monkeypatch, today, support_type, window, ended):
+    monkeypatch.setenv(catalogue.TODAY_ENV, today)
+    stack = [(samples.T_EKS, _cluster(samples, "1.34", support_type))]
+    found_window = run_stack(rule.SUPPORT_WINDOW_POLICY, stack)
+    found_ended = run_stack(rule.SUPPORT_ENDED_POLICY, stack)
+    assert (len(found_window), len(found_ended)) == (window, ended), (found_window, found_ended)
+    for _urn, message in found_window + found_ended:
+        assert message.startswith("version = '1.34'") and ("2026-12-02" in message or "2027-12-02" in message)
+    if support_type is None and window:
+        assert "upgradePolicy.supportType is unset (EKS's default EXTENDED; set it explicitly)" in found_window[0][1]
+
+
+def test_the_pin_passes_the_support_rule_today(run_stack, samples):
+    stack = [(samples.T_EKS, _cluster(samples, catalogue.KUBERNETES_VERSION, "STANDARD"))]
+    assert run_stack(rule.SUPPORT_WINDOW_POLICY, stack) == []
+    assert run_stack(rule.SUPPORT_ENDED_POLICY, stack) == []
+
+
+def test_support_rule_over_grpc_with_the_day_in_policy_config(analyze, samples):
+    doc = samples.plan((samples.T_EKS, _cluster(samples, "1.34", "STANDARD")))
+    day = {"today": "2026-12-02"}
+    report = analyze(doc, {rule.SUPPORT_WINDOW_NAME: day, rule.SUPPORT_ENDED_NAME: day})
+    [ended] = report.by_policy(rule.SUPPORT_ENDED_NAME)
+    assert ended.level == "MANDATORY" and "left EKS standard support on 2026-12-02" in ended.message
+    assert "$0.60 per cluster-hour" in ended.message
+    assert report.by_policy(rule.SUPPORT_WINDOW_NAME) == []
+    report = analyze(doc, {rule.SUPPORT_WINDOW_NAME: {"today": "2026-11-15"}})
+    [told] = report.by_policy(rule.SUPPORT_WINDOW_NAME)
+    assert told.level == "ADVISORY" and "ends 2026-12-02 (in 17 days)" in told.message
+
+
+@pytest.mark.parametrize("version,bad", [("0.19.1", True), ("0.20.0", False)])
+def test_device_plugin_chart_versions(run_rule, samples, version, bad):
+    messages = chart_check(run_rule, samples, samples.chart("nvidia-device-plugin", version))
+    assert bool(messages) == bad, messages
+    if bad:
+        assert "#1550" in messages[0] and f"use '{catalogue.NVIDIA_DEVICE_PLUGIN_VERSION}'" in messages[0]

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import boto3
 import pytest
-from verify_fakes import (FakeApiServer, FakeClock, FakeKube, at_pin, items, load, load_crd, pinned_server,
+from verify_fakes import (FakeApiServer, FakeClock, FakeKube, items, load, load_crd, pinned, pinned_server,
                           write_kubeconfig)
 
+from components import catalogue
 from components.verify import cli
 from components.verify.checks import CHECKS
 
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "c" * 64
 ROLE = "arn:aws:iam::123456789012:role/gpuburst-dev-slides-worker"
 NVIDIA = "amazon-eks-node-al2023-x86_64-nvidia-1.34-v20261101"
+CLUSTER = "gpuburst-dev"
 
 
 def _run(args: list[str], env: dict | None = None, module: bool = False) -> subprocess.CompletedProcess:
@@ -56,7 +58,8 @@ def test_help_lists_every_check_and_what_it_proves():
         assert f" {check.name} " in text
         assert " ".join(check.proves.split()[:8]) in text
     for flag in ("--stack", "--kubeconfig", "--queue-url", "--json", "--skip", "--nodepool", "--namespace",
-                 "--results-bucket", "--results-prefix", "--worker-role-arn", "--grace-s", "--timeout-s"):
+                 "--results-bucket", "--results-prefix", "--worker-role-arn", "--grace-s", "--timeout-s",
+                 "--cluster-name"):
         assert flag in text
 
 
@@ -142,6 +145,19 @@ def test_settings_from_stack_outputs_and_flags(tmp_path):
     assert oct(Path(s.kubeconfig).stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.parametrize("argv,outputs,cluster_name", [
+    ([], {}, None),
+    ([], {"clusterName": "gpuburst-dev-eks"}, "gpuburst-dev-eks"),
+    ([], {"clusterName": ""}, None),
+    (["--cluster-name", "gpuburst-other"], {}, "gpuburst-other"),
+    (["--cluster-name", "gpuburst-other"], {"clusterName": "gpuburst-dev-eks"}, "gpuburst-other"),
+])
+def test_cluster_name_from_the_flag_or_the_stack_output(tmp_path, argv, outputs, cluster_name):
+    s = cli.settings_from(cli.build_parser().parse_args(argv), outputs, str(tmp_path))
+    assert s.cluster_name == cluster_name
+    assert cli.STACK_OUTPUTS["cluster_name"] == "clusterName"
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--skip", "gpu"], "verify: --skip 'gpu' is not a check (checks: versions, worker-iam, keda, gpu-job, "
                         "gpu-allocatable, hardware-ami, burst)"),
@@ -193,10 +209,8 @@ def _cluster(upstream_crds, queue_url: str, instance_ids: list[str], *, trap: bo
         nodeclasses=[load("ec2nodeclass_gpu_swapped.json")],
         crds=[crd, load_crd(upstream_crds, "keda-v2.20.2-triggerauthentications.yaml")],
         tas=[load("triggerauthentication_aws.json")], scaled_jobs=[sj],
-        deployments=[at_pin(load("deployment_karpenter_1.14.1.json"), "karpenter", "1.14.1"),
-                     at_pin(load("deployment_keda_2.20.2.json"), "keda", "2.20.2")],
-        daemonsets=[at_pin(load("daemonset_nvidia_device_plugin.json"), "nvidia-device-plugin", "0.18.0")],
-        version=pinned_server())
+        deployments=[pinned("karpenter"), pinned("keda")],
+        daemonsets=[pinned("nvidia-device-plugin")], version=pinned_server())
 
     looks = {"jobs": 0}
 
@@ -232,6 +246,9 @@ def _aws_world() -> tuple[str, list[str]]:
                              VirtualizationType="hvm")["ImageId"]
     ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=ami, InstanceType="g5.xlarge", MinCount=2,
                                                       MaxCount=2)["Instances"]]
+    boto3.client("eks").create_cluster(name=CLUSTER, version=catalogue.KUBERNETES_VERSION,
+                                       roleArn="arn:aws:iam::123456789012:role/gpuburst-dev-cluster",
+                                       resourcesVpcConfig={"subnetIds": []})
     return url, ids
 
 
@@ -246,11 +263,14 @@ def test_end_to_end_healthy_cluster_passes_every_check(aws, upstream_crds, tmp_p
     kube = _cluster(upstream_crds, url, ids)
     with FakeApiServer(kube) as server:
         out = io.StringIO()
-        rc = cli.main(_argv(server.kubeconfig(tmp_path), url) + ["--json"], clock=FakeClock(), stdout=out)
+        rc = cli.main(_argv(server.kubeconfig(tmp_path), url) + ["--json", "--cluster-name", CLUSTER],
+                      clock=FakeClock(), stdout=out)
     results = json.loads(out.getvalue())
     assert [(r["name"], r["status"]) for r in results] == [(c.name, "pass") for c in CHECKS if not c.opt_in], \
         out.getvalue()
     assert rc == 0
+    assert any(e.startswith(f"EKS cluster {CLUSTER}: version {catalogue.KUBERNETES_VERSION}, platform eks.4, "
+                            "upgradePolicy.supportType EXTENDED") for e in results[0]["evidence"]), results[0]
     assert any("NVIDIA A10G" in r["summary"] for r in results)
     assert kube.jobs == [] or all(j["metadata"]["name"] != kube.created[0]["metadata"]["name"] for j in kube.jobs)
     assert any(r.startswith("DELETE /apis/batch/v1/namespaces/gpuburst/jobs/gpuburst-verify-gpu-")

@@ -2,13 +2,21 @@
 from __future__ import annotations
 
 import copy
+from datetime import date, datetime, timedelta, timezone
 
-from verify_fakes import FakeKube, at_pin, load, pinned_server
+import boto3
+import pytest
+from verify_fakes import NOW, FakeClock, FakeKube, load, pinned, pinned_server, server_at
 
 from components import catalogue
 from components.verify import versions
+from components.verify.aws import Aws, AwsError
 from components.verify.checks import Context
 from components.verify.model import VerifySettings
+
+CLUSTER = "gpuburst-dev"
+TODAY = NOW.date()
+"""The day the pinned scenarios are judged on (the fake clock's): never the real date."""
 
 
 def _crd(chart_version=None):
@@ -22,13 +30,11 @@ def _crd(chart_version=None):
     return crd
 
 
-def judge(karpenter=None, crd_version=catalogue.CHARTS["karpenter-crd"].version, server=None, keda=None):
-    karpenter = load(karpenter) if karpenter else at_pin(load("deployment_karpenter_1.14.1.json"), "karpenter",
-                                                         "1.14.1")
+def judge(karpenter=None, crd_version=catalogue.CHARTS["karpenter-crd"].version, server=None, keda=None,
+          today=TODAY, **eks):
     return versions.judge_versions(
-        [karpenter], [keda or at_pin(load("deployment_keda_2.20.2.json"), "keda", "2.20.2")],
-        [at_pin(load("daemonset_nvidia_device_plugin.json"), "nvidia-device-plugin", "0.18.0")], _crd(crd_version),
-        server or pinned_server())
+        [load(karpenter) if karpenter else pinned("karpenter")], [keda or pinned("keda")],
+        [pinned("nvidia-device-plugin")], _crd(crd_version), server or pinned_server(), today=today, **eks)
 
 
 def test_pinned_cluster_passes():
@@ -58,9 +64,7 @@ def test_unstamped_crd_is_reported_not_guessed():
 
 
 def test_kubernetes_outside_the_supported_ranges_fails():
-    server = copy.deepcopy(load("version_1.34.json"))
-    server.update({"minor": "28", "gitVersion": "v1.28.15-eks-aeac579"})
-    r = judge(server=server)
+    r = judge(server=server_at("1.28", patch=15))
     assert r.status == "fail"
     problems = catalogue.kubernetes_problems("1.28", catalogue.CHARTS["karpenter"].version,
                                              catalogue.CHARTS["keda"].version)
@@ -70,18 +74,18 @@ def test_kubernetes_outside_the_supported_ranges_fails():
 
 
 def test_image_override_that_disagrees_with_the_chart_label_fails():
-    dep = load("deployment_karpenter_1.14.1.json")
+    pin = catalogue.CHARTS["karpenter"].version
+    dep = pinned("karpenter")
     dep["spec"]["template"]["spec"]["containers"][0]["image"] = "public.ecr.aws/karpenter/controller:1.0.2"
-    r = versions.judge_versions(
-        [dep], [load("deployment_keda_2.20.2.json")], [load("daemonset_nvidia_device_plugin.json")], _crd("1.14.1"),
-        load("version_1.34.json"))
+    r = versions.judge_versions([dep], [pinned("keda")], [pinned("nvidia-device-plugin")], _crd(pin),
+                                pinned_server(), today=TODAY)
     assert r.status == "fail"
-    assert any("states several versions (1.14.1, 1.0.2)" in p for p in r.evidence)
+    assert any(f"states several versions ({pin}, 1.0.2)" in p for p in r.evidence)
     assert catalogue.karpenter_version_problem("1.0.2") in r.evidence
 
 
 def test_missing_controllers_fail():
-    r = versions.judge_versions([], [], [], None, load("version_1.34.json"))
+    r = versions.judge_versions([], [], [], None, pinned_server(), today=TODAY)
     assert r.status == "fail"
     assert "karpenter: no Deployment found in the cluster" in r.evidence
 
@@ -91,10 +95,243 @@ def test_server_version_parsing():
     assert versions.server_version({"gitVersion": "weird", "major": "1", "minor": "33+"}) == "1.33"
 
 
+def _kube(server=None) -> FakeKube:
+    return FakeKube(deployments=[pinned("karpenter"), pinned("keda")], daemonsets=[pinned("nvidia-device-plugin")],
+                    crds=[_crd(catalogue.CHARTS["karpenter-crd"].version)], version=server or pinned_server())
+
+
+class NoAws:
+    """An aws_factory that fails the test if the check talks to AWS at all."""
+
+    def __call__(self, region):
+        raise AssertionError(f"the versions check called AWS (region {region}) without a cluster name")
+
+
+class FakeEks:
+    """A stand-in for aws.Aws's two EKS calls: answers (or raises) what the test says and records the calls."""
+
+    def __init__(self, cluster: dict | None = None, cluster_versions: list[dict] | None = None, *,
+                 cluster_error: AwsError | None = None, versions_error: AwsError | None = None) -> None:
+        self.cluster, self.cluster_versions = cluster, cluster_versions
+        self.cluster_error, self.versions_error = cluster_error, versions_error
+        self.calls: list[tuple[str, object]] = []
+        self.regions: list[str | None] = []
+
+    def factory(self, region):
+        self.regions.append(region)
+        return self
+
+    def describe_cluster(self, name: str) -> dict:
+        self.calls.append(("describe_cluster", name))
+        if self.cluster_error:
+            raise self.cluster_error
+        return copy.deepcopy(self.cluster)
+
+    def describe_cluster_versions(self, versions: list[str]) -> list[dict]:
+        self.calls.append(("describe_cluster_versions", list(versions)))
+        if self.versions_error is not None or self.cluster_versions is None:
+            raise self.versions_error or AwsError("eks:DescribeClusterVersions", ",".join(versions), "404",
+                                                  "the endpoint does not offer the operation")
+        return copy.deepcopy(self.cluster_versions)
+
+
+def eks_cluster(version: str, support_type: str | None = "STANDARD", platform: str = "eks.7") -> dict:
+    """eks:DescribeCluster's `cluster`, as boto3 returns it (no upgradePolicy when support_type is None)."""
+    c = {"name": CLUSTER, "arn": f"arn:aws:eks:us-east-1:123456789012:cluster/{CLUSTER}", "version": version,
+         "platformVersion": platform, "status": "ACTIVE",
+         "endpoint": "https://0123456789ABCDEF0123456789ABCDEF.gr7.us-east-1.eks.amazonaws.com"}
+    if support_type is not None:
+        c["upgradePolicy"] = {"supportType": support_type}
+    return c
+
+
+def calendar_row(minor: str, **override) -> dict:
+    """eks:DescribeClusterVersions' entry for `minor`, with the catalogue's dates as midnight UTC datetimes."""
+    row = catalogue.EKS_SUPPORT[minor]
+    entry = {"clusterVersion": minor, "clusterType": "eks", "releaseDate": _midnight(row.eks_release),
+             "endOfStandardSupportDate": _midnight(row.standard_end),
+             "endOfExtendedSupportDate": _midnight(row.extended_end), "status": "STANDARD_SUPPORT",
+             "versionStatus": "STANDARD_SUPPORT"}
+    entry.update(override)
+    return entry
+
+
+def _midnight(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
+
+
+def run_at(day: date, *, server=None, eks: FakeEks | None = None, cluster_name: str | None = CLUSTER):
+    """versions.run against a FakeKube and the given EKS stand-in, on `day` (the fake clock's date)."""
+    clock = FakeClock(datetime(day.year, day.month, day.day, 10, 0, tzinfo=timezone.utc))
+    ctx = Context(settings=VerifySettings(cluster_name=cluster_name), kube=_kube(server),
+                  aws_factory=eks.factory if eks else NoAws(), clock=clock)
+    return versions.run(ctx)
+
+
+@pytest.fixture
+def pinned_at_1_34(monkeypatch):
+    """A stack still on Kubernetes 1.34: the catalogue's pin set back, so only the support rule judges."""
+    monkeypatch.setattr(catalogue, "KUBERNETES_VERSION", "1.34")
+    return server_at("1.34")
+
+
 def test_run_reads_the_cluster():
-    kube = FakeKube(deployments=[at_pin(load("deployment_karpenter_1.14.1.json"), "karpenter", "1.14.1"),
-                                 at_pin(load("deployment_keda_2.20.2.json"), "keda", "2.20.2")],
-                    daemonsets=[at_pin(load("daemonset_nvidia_device_plugin.json"), "nvidia-device-plugin", "0.18.0")],
-                    crds=[_crd(catalogue.CHARTS["karpenter-crd"].version)], version=pinned_server())
-    r = versions.run(Context(settings=VerifySettings(), kube=kube))
+    kube = _kube()
+    r = versions.run(Context(settings=VerifySettings(), kube=kube, aws_factory=NoAws(), clock=FakeClock()))
     assert r.status == "pass", r
+    assert "EKS upgrade policy not read (no cluster name: pass --cluster-name or --stack)" in r.evidence
+    assert (f"EKS support rule on {TODAY}: Kubernetes {catalogue.KUBERNETES_VERSION} with upgradePolicy.supportType "
+            f"{catalogue.DEFAULT_SUPPORT_TYPE} (unknown: the stack's default assumed)") in r.evidence
+
+
+def test_k8s_1_34_with_standard_before_its_end_of_standard_support_passes_with_the_advisory(pinned_at_1_34):
+    eks = FakeEks(eks_cluster("1.34", "STANDARD"), [calendar_row("1.34")])
+    r = run_at(date(2026, 11, 15), server=pinned_at_1_34, eks=eks)
+    assert r.status == "pass", r
+    advisory = catalogue.kubernetes_support_finding("1.34", "STANDARD", date(2026, 11, 15))
+    assert advisory is not None and advisory.level == "advisory"
+    assert r.summary.endswith(f"; warning: {advisory.message}")
+    assert "2026-12-02" in r.summary.split("; warning: ", 1)[1]
+    assert f"warning: {advisory.message}" in r.evidence
+    assert f"EKS cluster {CLUSTER}: version 1.34, platform eks.7, upgradePolicy.supportType STANDARD" in r.evidence
+    assert eks.calls == [("describe_cluster", CLUSTER), ("describe_cluster_versions", ["1.34"])]
+
+
+def test_k8s_1_34_with_standard_on_its_end_of_standard_support_fails_naming_the_date(pinned_at_1_34):
+    r = run_at(date(2026, 12, 2), server=pinned_at_1_34, eks=FakeEks(eks_cluster("1.34", "STANDARD"),
+                                                                      [calendar_row("1.34")]))
+    assert r.status == "fail", r
+    mandatory = catalogue.kubernetes_support_finding("1.34", "STANDARD", date(2026, 12, 2))
+    assert mandatory is not None and mandatory.level == "mandatory"
+    assert r.summary == mandatory.message
+    assert "left EKS standard support on 2026-12-02" in r.summary
+    assert "upgradePolicy.supportType STANDARD" in r.summary
+
+
+def test_k8s_1_34_with_extended_on_its_end_of_standard_support_passes_naming_the_extended_price(pinned_at_1_34):
+    r = run_at(date(2026, 12, 2), server=pinned_at_1_34, eks=FakeEks(eks_cluster("1.34", "EXTENDED"),
+                                                                      [calendar_row("1.34")]))
+    assert r.status == "pass", r
+    warning = r.summary.split("; warning: ", 1)[1]
+    assert "$0.60 per cluster-hour" in warning and "2026-12-02" in warning and "2027-12-02" in warning
+    assert f"EKS cluster {CLUSTER}: version 1.34, platform eks.7, upgradePolicy.supportType EXTENDED" in r.evidence
+
+
+def test_an_unset_upgrade_policy_is_eks_default_extended(pinned_at_1_34):
+    r = run_at(date(2026, 12, 2), server=pinned_at_1_34, eks=FakeEks(eks_cluster("1.34", None),
+                                                                      [calendar_row("1.34")]))
+    assert r.status == "pass", r
+    assert (f"EKS cluster {CLUSTER}: version 1.34, platform eks.7, upgradePolicy.supportType EXTENDED (not set: "
+            "EKS's default EXTENDED)") in r.evidence
+    assert "$0.60 per cluster-hour" in r.summary
+
+
+def test_without_a_cluster_name_the_stack_default_is_judged(pinned_at_1_34):
+    r = run_at(date(2026, 12, 2), server=pinned_at_1_34, cluster_name=None)
+    assert r.status == "fail"  # the stack's default STANDARD: EKS auto-upgrades from 2026-12-02
+    assert r.summary == catalogue.kubernetes_support_finding("1.34", catalogue.DEFAULT_SUPPORT_TYPE,
+                                                             date(2026, 12, 2)).message
+    assert "EKS upgrade policy not read (no cluster name: pass --cluster-name or --stack)" in r.evidence
+
+
+def test_eks_version_differing_from_the_api_server_fails():
+    pin = catalogue.KUBERNETES_VERSION
+    other = "%d.%d" % (catalogue.minor(pin)[0], catalogue.minor(pin)[1] - 1)
+    r = run_at(TODAY, eks=FakeEks(eks_cluster(other), [calendar_row(pin)]))
+    assert r.status == "fail", r
+    assert r.summary.startswith(f"EKS cluster {CLUSTER} reports version {other} but the API server reports {pin}")
+
+
+def test_describe_cluster_error_is_evidence_and_the_cluster_is_judged_without_it():
+    err = AwsError("eks:DescribeCluster", CLUSTER, "AccessDeniedException",
+                   "User is not authorized to perform: eks:DescribeCluster")
+    r = run_at(TODAY, eks=FakeEks(cluster_error=err, cluster_versions=[calendar_row(catalogue.KUBERNETES_VERSION)]))
+    assert r.status == "pass", r
+    assert (f"{err}: the EKS upgrade policy was not read; judged as without a cluster name") in r.evidence
+    assert any(f"with upgradePolicy.supportType {catalogue.DEFAULT_SUPPORT_TYPE} (unknown" in e for e in r.evidence)
+
+
+def test_describe_cluster_error_then_judges_the_stack_default(pinned_at_1_34):
+    err = AwsError("eks:DescribeCluster", CLUSTER, "ResourceNotFoundException",
+                   f"No cluster found for name: {CLUSTER}.")
+    r = run_at(date(2026, 12, 2), server=pinned_at_1_34, eks=FakeEks(cluster_error=err))
+    assert r.status == "fail"
+    assert r.summary.startswith("Kubernetes 1.34 left EKS standard support on 2026-12-02: with upgradePolicy."
+                                f"supportType {catalogue.DEFAULT_SUPPORT_TYPE}")
+    assert any(e.startswith(f"eks:DescribeCluster on {CLUSTER}: ResourceNotFoundException") for e in r.evidence)
+
+
+def test_a_stale_calendar_fails_naming_both_dates():
+    pin = catalogue.KUBERNETES_VERSION
+    row = catalogue.EKS_SUPPORT[pin]
+    live = row.standard_end + timedelta(days=31)
+    r = run_at(TODAY, eks=FakeEks(eks_cluster(pin), [calendar_row(pin, endOfStandardSupportDate=_midnight(live))]))
+    assert r.status == "fail", r
+    assert r.summary == (f"EKS reports Kubernetes {pin} endOfStandardSupportDate {live} but catalogue.EKS_SUPPORT"
+                         f"['{pin}'].standard_end is {row.standard_end}: the catalogue's calendar is stale (update it "
+                         "in components/catalogue.py)")
+
+
+def test_a_matching_calendar_in_another_time_zone_passes_and_is_quoted():
+    pin = catalogue.KUBERNETES_VERSION
+    row = catalogue.EKS_SUPPORT[pin]
+    pacific = timezone(timedelta(hours=-8))  # midnight UTC is the afternoon before in Seattle
+    entry = calendar_row(pin, endOfStandardSupportDate=_midnight(row.standard_end).astimezone(pacific),
+                         endOfExtendedSupportDate=row.extended_end.isoformat() + "T00:00:00Z")
+    r = run_at(TODAY, eks=FakeEks(eks_cluster(pin), [entry]))
+    assert r.status == "pass", r
+    assert any(e.startswith(f"eks:DescribeClusterVersions for Kubernetes {pin}: endOfStandardSupportDate "
+                            f"{row.standard_end}, endOfExtendedSupportDate {row.extended_end}") for e in r.evidence)
+
+
+def test_describe_cluster_versions_failing_is_only_evidence():
+    pin = catalogue.KUBERNETES_VERSION
+    r = run_at(TODAY, eks=FakeEks(eks_cluster(pin)))
+    assert r.status == "pass", r
+    assert (f"eks:DescribeClusterVersions on {pin}: 404 (the endpoint does not offer the operation): the catalogue's "
+            "EKS calendar was not compared with EKS's") in r.evidence
+
+
+def test_the_pin_near_its_end_of_standard_support_warns():
+    """Follows the pin: 30 days before its own end of standard support, a STANDARD cluster passes with a warning."""
+    pin = catalogue.KUBERNETES_VERSION
+    row = catalogue.EKS_SUPPORT[pin]
+    r = run_at(row.standard_end - timedelta(days=30), eks=FakeEks(eks_cluster(pin), [calendar_row(pin)]))
+    assert r.status == "pass", r
+    assert f"; warning: Kubernetes {pin}'s EKS standard support ends {row.standard_end} (in 30 days)" in r.summary
+
+
+def test_the_region_comes_from_the_eks_endpoint_of_the_api_server():
+    kube = _kube()
+    kube.host = "https://0123456789ABCDEF0123456789ABCDEF.gr7.eu-west-1.eks.amazonaws.com"
+    eks = FakeEks(eks_cluster(catalogue.KUBERNETES_VERSION), [calendar_row(catalogue.KUBERNETES_VERSION)])
+    versions.run(Context(settings=VerifySettings(cluster_name=CLUSTER), kube=kube, aws_factory=eks.factory,
+                         clock=FakeClock()))
+    assert eks.regions == ["eu-west-1"]
+
+
+@pytest.mark.parametrize("value,day", [
+    (datetime(2027, 3, 27, tzinfo=timezone.utc), date(2027, 3, 27)),
+    (datetime(2027, 3, 26, 17, 0, tzinfo=timezone(timedelta(hours=-7))), date(2027, 3, 27)),
+    ("2027-03-27T00:00:00Z", date(2027, 3, 27)),
+    ("2027-03-27", date(2027, 3, 27)),
+    (date(2027, 3, 27), date(2027, 3, 27)),
+    ("soon", None),
+    (None, None),
+])
+def test_utc_date(value, day):
+    assert versions.utc_date(value) == day
+
+
+def test_run_against_eks_on_moto(aws):
+    """moto's EKS answers DescribeCluster (no upgradePolicy: EKS's default) but not DescribeClusterVersions."""
+    pin = catalogue.KUBERNETES_VERSION
+    boto3.client("eks").create_cluster(name=CLUSTER, version=pin, roleArn="arn:aws:iam::123456789012:role/eks",
+                                       resourcesVpcConfig={"subnetIds": []})
+    ctx = Context(settings=VerifySettings(cluster_name=CLUSTER), kube=_kube(), aws_factory=lambda region: Aws(region),
+                  clock=FakeClock())
+    r = versions.run(ctx)
+    assert r.status == "pass", r
+    assert (f"EKS cluster {CLUSTER}: version {pin}, platform eks.4, upgradePolicy.supportType EXTENDED (not set: "
+            "EKS's default EXTENDED)") in r.evidence
+    assert any(e.startswith(f"eks:DescribeClusterVersions on {pin}: 404") for e in r.evidence)

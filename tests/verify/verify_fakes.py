@@ -43,14 +43,35 @@ def at_pin(obj: dict, chart: str, recorded: str) -> dict:
     return json.loads(json.dumps(obj).replace(recorded, catalogue.CHARTS[chart].version))
 
 
+RECORDED: dict[str, tuple[str, str]] = {
+    "karpenter": ("deployment_karpenter_1.14.1.json", "1.14.1"),
+    "keda": ("deployment_keda_2.20.2.json", "2.20.2"),
+    "nvidia-device-plugin": ("daemonset_nvidia_device_plugin.json", "0.18.0"),
+}
+"""chart -> (fixture, the version it was recorded at): what `pinned` restamps."""
+
+
+def pinned(chart: str) -> dict:
+    """The recorded Deployment/DaemonSet of `chart`, restamped at the catalogue's pin."""
+    name, recorded = RECORDED[chart]
+    return at_pin(load(name), chart, recorded)
+
+
+def server_at(minor: str, patch: int = 2) -> dict:
+    """The recorded /version answer (version_1.35.json) restamped at another Kubernetes minor, e.g. `1.34`."""
+    server = load("version_1.35.json")
+    major, minor_n = minor.split(".")
+    server.update({"major": major, "minor": f"{minor_n}+", "emulationMajor": major, "emulationMinor": minor_n,
+                   "minCompatibilityMinor": str(int(minor_n) - 1),
+                   "gitVersion": f"v{minor}.{patch}-eks-113cf36"})
+    return server
+
+
 def pinned_server() -> dict:
     """The recorded /version answer, restamped at the catalogue's Kubernetes pin."""
     from components import catalogue
 
-    server = load("version_1.34.json")
-    server["minor"] = catalogue.KUBERNETES_VERSION.split(".")[1]
-    server["gitVersion"] = f"v{catalogue.KUBERNETES_VERSION}.2-eks-113cf36"
-    return server
+    return server_at(catalogue.KUBERNETES_VERSION)
 
 
 def load_crd(upstream: Path, filename: str) -> dict:
