@@ -236,3 +236,30 @@ def test_unknown_key_fails_in_one_line(tmp_path):
 def test_missing_stack_is_named(tmp_path):
     proc = run_synth(tmp_path / "out", "--stack", "nosuch")
     assert proc.returncode == 2 and "Pulumi.nosuch.yaml" in proc.stderr
+
+
+def test_a_stack_pinning_1_34_is_told_its_end_of_standard_support_by_the_synth_and_the_pack(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    doc = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    doc["config"]["gpuburst:kubernetesVersion"] = "1.34"
+    stack = tmp_path / "Pulumi.k134.yaml"
+    stack.write_text(yaml.safe_dump(doc))
+    env = {**os.environ, catalogue.TODAY_ENV: "2026-11-15"}
+    synth = subprocess.run([sys.executable, "-m", "components", "synth", "--stack-file", str(stack), "--out",
+                            str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert synth.returncode == 0, synth.stderr
+    assert "standard support ends 2026-12-02 (in 17 days)" in synth.stderr and "$0.60" in synth.stderr, synth.stderr
+    check = subprocess.run([sys.executable, "-m", "policies", "check", str(tmp_path / "out" / "plan.json")], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=180)
+    assert check.returncode == 0, check.stdout + check.stderr
+    [line] = [ln for ln in check.stdout.splitlines() if ln.startswith("ADVISORY kubernetes-support-window ")]
+    assert "ends 2026-12-02" in line and "$0.60 per cluster-hour" in line
+    # The day after: the config itself is refused, before any resource.
+    env[catalogue.TODAY_ENV] = "2026-12-02"
+    late = subprocess.run([sys.executable, "-m", "components", "synth", "--stack-file", str(stack), "--out",
+                           str(tmp_path / "late")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert late.returncode == 2 and late.stderr.strip().count("\n") == 0, late.stderr
+    assert "left EKS standard support on 2026-12-02" in late.stderr
