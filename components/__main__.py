@@ -5,7 +5,6 @@ import argparse
 import sys
 from pathlib import Path
 
-
 CHARTS_HELP = ("chart cache folder of <chart>-<version>.tgz archives (default: $GPUBURST_CHARTS, else ../shared/charts "
                "beside the project when present, else $XDG_CACHE_HOME/gpuburst/charts or ~/.cache/gpuburst/charts)")
 
@@ -44,7 +43,7 @@ def _charts(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m components charts",
-        description="`pull`: download every chart of components/catalogue.py CHARTS, at its pinned version, from its "
+        description="`pull`: download every chart of catalogue.CHARTS (components/catalogue/pins.py), at its pinned version, from its "
                     "repository into the chart cache the synth renders from (needs the network).")
     parser.add_argument("action", choices=["pull"])
     parser.add_argument("--charts", type=Path, default=None,
@@ -90,9 +89,18 @@ def _plan_burst(argv: list[str]) -> int:
 
     from .config import parse_config
     from .offline.synth import SynthError, read_stack_config
+    from .planner import (
+        STAGES,
+        Trace,
+        parse_burst,
+        parse_set,
+        parse_trace,
+        plan_stack,
+        plans_json,
+        plans_table,
+        write_timeline,
+    )
     from .planner import TRACE_FORMAT as TRACE_HELP
-    from .planner import (STAGES, Trace, parse_burst, parse_set, parse_trace, plan_stack, plans_json, plans_table,
-                          write_timeline)
     from .validation import ConfigError
 
     parser = argparse.ArgumentParser(

@@ -4,8 +4,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -15,11 +15,8 @@ import pulumi_kubernetes as k8s
 from .catalogue import DEFAULT_SUPPORT_TYPE, KUBERNETES_VERSION, SUPPORT_TYPES, kubernetes_problems
 from .karpenter import NODE_MANAGED_POLICIES, node_trust_policy
 from .nodeclass import DISCOVERY_TAG
-from .nodepool import POOL_LABEL
-from .validation import ConfigError, Rule, validate
-
-SYSTEM_POOL = "system"
-"""Value of the `gpuburst.io/pool` label on the system managed node group (controllers: Karpenter, KEDA, CoreDNS)."""
+from .spec.names import POOL_LABEL, SYSTEM_POOL
+from .validation import ConfigError, Rule, is_int_between, validate
 
 _CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]*$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[0-9a-z]+$")
@@ -28,10 +25,6 @@ _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[0-9a-z]+$")
 def _cidr(v: str) -> bool:
     ipaddress.ip_network(v, strict=True)  # ValueError -> the rule reports it
     return True
-
-
-def _int(lo: int, hi: int):
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
 def _subnets(v) -> bool:
@@ -51,10 +44,10 @@ CLUSTER_RULES = (
     Rule("cluster.system_instance_types", lambda v: isinstance(v, (list, tuple)) and len(v) > 0
          and all(isinstance(t, str) and _INSTANCE_TYPE.match(t) for t in v),
          "a non-empty list of instance types as plain strings, e.g. ['m6i.large']"),
-    Rule("cluster.system_desired_size", _int(2, 50),
+    Rule("cluster.system_desired_size", is_int_between(2, 50),
          "an int between 2 and 50 (two Karpenter replicas need two nodes: they refuse to share one)"),
-    Rule("cluster.system_max_size", _int(2, 100), "an int between 2 and 100, at least system_desired_size"),
-    Rule("cluster.system_root_volume_gib", _int(20, 16384), "an int of GiB between 20 and 16384"),
+    Rule("cluster.system_max_size", is_int_between(2, 100), "an int between 2 and 100, at least system_desired_size"),
+    Rule("cluster.system_root_volume_gib", is_int_between(20, 16384), "an int of GiB between 20 and 16384"),
     Rule("cluster.support_type", lambda v: v in SUPPORT_TYPES,
          f"one of {', '.join(SUPPORT_TYPES)} (upgradePolicy.supportType; set explicitly, never EKS's silent default)"),
     Rule("cluster.partition", lambda v: v in ("aws", "aws-us-gov", "aws-cn"), "one of aws, aws-us-gov, aws-cn"),

@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 import re
 import zoneinfo
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from . import catalogue
 from .chooser import WorkloadFacts, choose_pattern, parallel_blocker

@@ -28,10 +28,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .chooser import WorkloadFacts, fact_annotations
-from .nodepool import CAPACITY_TYPE_LABEL, CAPACITY_TYPES
-from .pod import (WORKER_LABEL, WorkerAccessArgs, WorkerPodSettings, declare_worker_identity,
-                  hardened_pod_template,
-                  worker_network_policy)
+from .nodepool import CAPACITY_TYPES
+from .pod import (
+    WorkerAccessArgs,
+    WorkerPodSettings,
+    declare_worker_identity,
+    hardened_pod_template,
+    worker_network_policy,
+)
+from .spec.names import CAPACITY_TYPE_LABEL, WORKER_LABEL
 from .validation import ConfigError
 
 DEFAULT_CAPACITY_TYPE = "on-demand"

@@ -1,15 +1,14 @@
 """The NVIDIA device plugin chart, scheduled only onto GPU nodes, which advertises `nvidia.com/gpu` to the scheduler."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-import re
-
 from .catalogue import CHARTS, DEVICE_PLUGIN_CDI_FEATURE_FLAGS, device_plugin_version_problem
-from .nodepool import GPU_PRESENT_LABEL, GPU_TOLERATION
+from .spec.names import GPU_PRESENT_LABEL, GPU_TOLERATION
 from .validation import ConfigError
 
 CHART = "nvidia-device-plugin"
@@ -32,7 +31,7 @@ DEVICE_PLUGIN_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabili
 """Container securityContext of the plugin: the chart's own default (no privilege escalation, every capability
 dropped) restated, because setting `securityContext` replaces it, plus RuntimeDefault seccomp. Not read-only root,
 not non-root: the plugin writes its socket into the kubelet's root-owned device-plugins directory and CDI specs into
-/var/run/cdi, and upstream neither documents nor tests it read-only (see components/chart_findings.py)."""
+/var/run/cdi, and upstream neither documents nor tests it read-only (see components/catalogue/chart_findings.py)."""
 
 
 def device_plugin_values(*, gpu_label: tuple[str, str] = GPU_PRESENT_LABEL,

@@ -12,9 +12,9 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import pulumi
 import pulumi_aws as aws

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -12,8 +13,8 @@ import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS, KUBERNETES_VERSION, combination_problems, karpenter_version_problem
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
-from .nodepool import POOL_LABEL
 from .queue import TAG_ROLE
+from .spec.names import POOL_LABEL
 from .validation import ConfigError, Rule, validate
 
 SERVICE_ACCOUNT = "karpenter"

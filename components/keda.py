@@ -21,11 +21,10 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS, KEDA_IDENTITY_OWNERS, KEDA_VERSION, keda_version_problem
-from .cluster import SYSTEM_POOL
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .keda_schema import API_VERSION, AUTH_KINDS, check_keda_manifest
-from .nodepool import POOL_LABEL
 from .policy_documents import policy_document, queue_metrics_statements
+from .spec.names import POOL_LABEL, SYSTEM_POOL
 from .validation import ConfigError
 
 KEDA_CHART = CHARTS["keda"]

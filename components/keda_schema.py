@@ -11,13 +11,21 @@ Error format: `<Kind> <namespace>/<name> <field path>: <value> is not valid: <wh
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pulumi
 
-from .catalogue import (KEDA_DEPRECATED_PROVIDERS, KEDA_IDENTITY_OWNERS, KEDA_ROLLOUT_STRATEGIES, KEDA_VERSION,
-                        join, keda_providers, keda_scaling_strategy_problem)
+from .catalogue import (
+    KEDA_DEPRECATED_PROVIDERS,
+    KEDA_IDENTITY_OWNERS,
+    KEDA_ROLLOUT_STRATEGIES,
+    KEDA_VERSION,
+    join,
+    keda_providers,
+    keda_scaling_strategy_problem,
+)
 from .validation import ConfigError
 
 API_VERSION = "keda.sh/v1alpha1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 import pulumi
 import pulumi_kubernetes as k8s

@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from .catalogue import instance_type_expectation
 from .nodeclass import NODECLASS_API_VERSION
-from .validation import ConfigError, Rule, validate
+from .spec.names import CAPACITY_TYPE_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, POOL_LABEL
+from .spec.quantity import is_quantity
+from .validation import ConfigError, Rule, is_int_between, validate
 
 NODEPOOL_API_VERSION = "karpenter.sh/v1"
 """apiVersion of NodePool (served by every Karpenter the catalogue accepts, >= 1.0.3)."""
@@ -23,26 +26,10 @@ CAPACITY_TYPES = ("spot", "on-demand", "reserved")
 on-demand allowed it always prefers spot (price-capacity-optimized) and falls back to on-demand only when spot is
 short. A workload that must not run on spot asks for it itself: `ON_DEMAND_NODE_SELECTOR`."""
 
-CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
-"""Node label (and NodePool requirement key) carrying the capacity type Karpenter bought the node as."""
-
 ON_DEMAND_NODE_SELECTOR = {CAPACITY_TYPE_LABEL: "on-demand"}
 """Pod nodeSelector that makes Karpenter launch (and the scheduler use) only on-demand nodes of a pool that allows
 both: Karpenter intersects the pod's requirements with the NodePool's, so the pod never lands on spot. The pool must
 allow on-demand, or the pod stays Pending."""
-
-GPU_PRESENT_LABEL = ("nvidia.com/gpu.present", "true")
-"""Node label the NVIDIA device plugin's DaemonSet selects: without it the plugin schedules nowhere and
-`nvidia.com/gpu` is never allocatable."""
-
-GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
-"""Taint on every GPU node, so only pods that tolerate it (GPU workers, the device plugin) land on the costly nodes."""
-
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-"""The toleration a GPU workload needs for GPU_TAINT (import it; do not restate it)."""
-
-POOL_LABEL = "gpuburst.io/pool"
-"""Label naming the pool a node belongs to (`system` or the GPU pool's name)."""
 
 DEFAULT_BUDGETS = (
     {"nodes": "100%", "reasons": ["Empty"]},
@@ -53,11 +40,6 @@ replaces a node that is still running work (drift, underuse); a drifted node is 
 
 _DURATION = re.compile(r"^([0-9]+(s|m|h))+$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_QUANTITY = re.compile(r"^(\+)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE])?$")
-
-
-def _is_int(lo: int, hi: int):
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
 def instance_type_error(field: str, types: Sequence[str]) -> ConfigError | None:
@@ -85,9 +67,9 @@ NODEPOOL_RULES = (
          "runs out of capacity, the scheduler is stuck and slides wait"),
     Rule("capacity_types", lambda v: _plain_list(v) and len(v) > 0 and set(v) <= set(CAPACITY_TYPES),
          "a non-empty list drawn from " + ", ".join(CAPACITY_TYPES)),
-    Rule("gpu_limit", _is_int(1, 10_000), "an int number of GPUs between 1 and 10000 (the pool's spending cap)"),
+    Rule("gpu_limit", is_int_between(1, 10_000), "an int number of GPUs between 1 and 10000 (the pool's spending cap)"),
     Rule("cpu_limit",
-         lambda v: v is None or _is_int(1, 1_000_000)(v) or (isinstance(v, str) and bool(_QUANTITY.match(v))),
+         lambda v: v is None or is_int_between(1, 1_000_000)(v) or is_quantity(v),
          "None or a positive CPU quantity (e.g. 64 or '64' or '64000m')"),
     Rule("consolidate_after", lambda v: isinstance(v, str) and bool(_DURATION.match(v)),
          "a duration like '5m' or '1h30m' ('Never' would keep idle GPU nodes running)"),
@@ -95,7 +77,7 @@ NODEPOOL_RULES = (
          "a duration like '720h', or 'Never'"),
     Rule("termination_grace_period", lambda v: v is None or (isinstance(v, str) and bool(_DURATION.match(v))),
          "None or a duration like '2h'"),
-    Rule("weight", lambda v: v is None or _is_int(1, 100)(v), "None or an int between 1 and 100"),
+    Rule("weight", lambda v: v is None or is_int_between(1, 100)(v), "None or an int between 1 and 100"),
 )
 """What `gpu_nodepool_manifest` accepts."""
 

@@ -43,9 +43,10 @@ from __future__ import annotations
 import heapq
 import math
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from . import catalogue
 from .validation import ConfigError

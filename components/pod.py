@@ -12,12 +12,9 @@ from typing import Any
 
 import pulumi
 
-from .nodepool import GPU_PRESENT_LABEL, GPU_TOLERATION
 from .policy_documents import policy_document, queue_consumer_statements, s3_prefix_statements
+from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION, WORKER_UID
 from .validation import ConfigError, Rule, is_int_between, validate
-
-WORKER_UID = 10001
-"""Numeric user and group id of the worker process (outside the range most base images use for real users)."""
 
 SCRATCH_PATH = "/scratch"
 """Where downloaded slides and local results live (an emptyDir; the root filesystem is read-only)."""
@@ -25,19 +22,8 @@ SCRATCH_PATH = "/scratch"
 TMP_PATH = "/tmp"
 """Writable /tmp (an emptyDir) for Python, torch and tifffile temporary files."""
 
-GPU_RESOURCE = "nvidia.com/gpu"
-"""Extended resource the NVIDIA device plugin advertises."""
-
-GPU_NODE_SELECTOR = {GPU_PRESENT_LABEL[0]: GPU_PRESENT_LABEL[1]}
-"""Any node with an NVIDIA GPU (`nvidia.com/gpu.present: "true"`): never a single instance type, so Karpenter may pick
-any GPU type the NodePool allows. The GPU NodePool puts this label in its node template, so Karpenter knows before
-launch that a new node fits."""
-
 DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 """Pod annotation: Karpenter must not consolidate or drift a node away while a slide is being processed."""
-
-WORKER_LABEL = "gpuburst-worker"
-"""`app.kubernetes.io/name` of every worker pod (ScaledJob jobs and the consumer)."""
 
 _DIGEST_REF = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 
@@ -358,7 +344,7 @@ class WorkerAccessArgs:
     """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS). Default True."""
 
 
-def declare_worker_identity(name: str, args: "WorkerAccessArgs", service_account_name: str,
+def declare_worker_identity(name: str, args: WorkerAccessArgs, service_account_name: str,
                             labels: dict[str, str], opts: pulumi.ResourceOptions) -> tuple[Any, Any]:
     """The worker's ServiceAccount (no token mounted) and its least-privilege Pod Identity role, for either workload
     pattern."""

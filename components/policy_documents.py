@@ -9,7 +9,8 @@ policy's account-root statement (the standard statement that keeps a KMS key man
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pulumi
 

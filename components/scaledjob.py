@@ -21,10 +21,16 @@ from .catalogue import KEDA_VERSION
 from .chooser import WorkloadFacts, fact_annotations, require_pattern
 from .keda import Keda, KedaScalerAuth, KedaScalerAuthArgs
 from .keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
-from .pod import (WORKER_LABEL, WorkerAccessArgs, WorkerPodSettings, declare_worker_identity,
-                  hardened_pod_template,
-                  worker_network_policy)
+from .pod import (
+    WorkerAccessArgs,
+    WorkerPodSettings,
+    declare_worker_identity,
+    hardened_pod_template,
+    worker_network_policy,
+)
+from .spec.names import WORKER_LABEL
 from .validation import ConfigError, Rule, is_int_between, validate
+
 
 @dataclass
 class ScaledJobSettings:

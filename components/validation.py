@@ -1,8 +1,9 @@
 """Validation as a table of rules whose one-line messages quote the field, the value and what is allowed."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 
 class ConfigError(ValueError):

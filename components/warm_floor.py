@@ -22,8 +22,8 @@ import pulumi_kubernetes as k8s
 
 from .catalogue import PAUSE_IMAGE
 from .keda_schema import API_VERSION as KEDA_API_VERSION
-from .pod import GPU_NODE_SELECTOR, GPU_RESOURCE, WorkerPodSettings, _quantity_cpu
-from .nodepool import GPU_TOLERATION
+from .pod import WorkerPodSettings, _quantity_cpu
+from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION
 from .validation import ConfigError
 
 PLACEHOLDER_NAME = "gpuburst-warm-floor"

@@ -1,7 +1,7 @@
 """Maintainers' tool: re-lock the worker image's Python layers (worker/image/*.txt) from worker/requirements.txt.
 
 Needs the network (PyPI) and pip; run it after changing a pin in worker/requirements.txt, then paste the printed
-`WORKER_IMAGE_LAYER_BYTES` table into components/catalogue.py and commit all of it together (the tests check that the
+`WORKER_IMAGE_LAYER_BYTES` table into components/catalogue/pins.py and commit all of it together (the tests check that the
 lock, the pins and the sizes agree):
 
     python3 scripts/lock_worker_image.py

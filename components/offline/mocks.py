@@ -5,8 +5,9 @@ import asyncio
 import base64
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pulumi
 from pulumi.runtime import mocks as _mocks
@@ -106,7 +107,7 @@ class RealisticMocks(pulumi.runtime.Mocks):
             out.update({"arn": self._arn("kms", "key/00000000-0000-0000-0000-000000000000"),
                         "keyId": "00000000-0000-0000-0000-000000000000"})
         elif t == "aws:ec2/launchTemplate:LaunchTemplate":
-            out.update({"arn": self._arn("ec2", f"launch-template/lt-0a1b2c3d4e5f60001"), "latestVersion": 1,
+            out.update({"arn": self._arn("ec2", "launch-template/lt-0a1b2c3d4e5f60001"), "latestVersion": 1,
                         "defaultVersion": 1})
             rid = "lt-0a1b2c3d4e5f60001"
         elif t.startswith("aws:"):

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from .. import catalogue
-from ..chart_findings import object_of, unexplained
+from ..catalogue.chart_findings import object_of, unexplained
 from .charts import DUMPER, Expansion, expand, resolve_cache, search_path
 from .mocks import RunResult, run_under_mocks
 
@@ -120,7 +120,7 @@ class SynthOutput:
     checkov: dict[str, dict[str, int]] | None = None
     """Chart name -> {checkov check id: objects failing it} on its rendered objects; None when not run."""
     checkov_findings: list[tuple[str, str, str]] = field(default_factory=list)
-    """Every (chart, check id, `Kind/name`) checkov failed on the charts' objects (see components/chart_findings.py)."""
+    """Every (chart, check id, `Kind/name`) checkov failed on the charts' objects (see components/catalogue/chart_findings.py)."""
     checkov_note: str = ""
 
 
@@ -204,7 +204,7 @@ def summary(out: SynthOutput) -> str:
     width = max((len(t) for t in counts), default=0)
     for t, n in sorted(counts.items()):
         lines.append(f"  {t.ljust(width)}  {n}")
-    lines += ["", "Pinned versions (components/catalogue.py):"]
+    lines += ["", "Pinned versions (components/catalogue/pins.py):"]
     for k, v in out.plan["pins"].items():
         lines.append(f"  {k:<22} {v}")
     if out.plan["outputs"]:
@@ -225,7 +225,7 @@ def summary(out: SynthOutput) -> str:
                  f"synth total {out.total_s:.2f} s")
     if out.checkov is not None:
         lines += ["", "checkov on the charts' objects (each accepted finding has its reason in "
-                      "components/chart_findings.py):"]
+                      "components/catalogue/chart_findings.py):"]
         for chart, failed in out.checkov.items():
             lines.append(f"  {chart}: {sum(failed.values())} failed check(s)"
                          + (f": {', '.join(f'{k} x{n}' for k, n in failed.items())}" if failed else ""))

@@ -65,7 +65,7 @@ class Aws:
         return self._clients[service]
 
     # -- STS ---------------------------------------------------------------------------------------------------
-    def assume_role(self, role_arn: str, session_name: str = "gpuburst-verify") -> "Aws":
+    def assume_role(self, role_arn: str, session_name: str = "gpuburst-verify") -> Aws:
         """An Aws acting as `role_arn` (sts:AssumeRole, one hour at most, no tags)."""
         out = _wrap("sts:AssumeRole", role_arn, self._client("sts").assume_role, RoleArn=role_arn,
                     RoleSessionName=session_name, DurationSeconds=900)

@@ -25,10 +25,11 @@ import io
 import json
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .model import FAIL, PASS, CheckResult, condition, name_of, parse_time
 

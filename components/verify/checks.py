@@ -5,8 +5,9 @@ Order matters: `gpu-job` runs before `gpu-allocatable` and `hardware-ami`, so a 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import burst, gpu, gpujob, hardware, iam, keda, versions
 from .model import FAIL, SKIPPED, CheckResult, Clock, RealClock, VerifySettings
@@ -20,7 +21,7 @@ class Check:
     """The name `--skip` and the output use."""
     proves: str
     """What a pass proves, for `--help` and docs/verify.md."""
-    run: Callable[["Context"], CheckResult]
+    run: Callable[[Context], CheckResult]
     """Runs the check against the live cluster / AWS."""
     needs_kube: bool = True
     """False when the check talks to AWS only (it then runs without a reachable cluster)."""

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from .burst import MAX_PROBES
 from .checks import CHECK_NAMES, CHECKS, OPT_IN_NAMES, Context, run_checks, selected

@@ -9,12 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..spec.names import GPU_RESOURCE, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from .model import FAIL, PASS, SKIPPED, CheckResult, age_s, condition, fmt_age, labels_of, name_of
 
 NAME = "gpu-allocatable"
-GPU_RESOURCE = "nvidia.com/gpu"
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 DEVICE_PLUGIN_NAME = "nvidia-device-plugin"
 
 

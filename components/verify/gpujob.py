@@ -9,8 +9,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..pod import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION, WORKER_UID
-from .gpu import INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
+from ..spec.names import (
+    GPU_NODE_SELECTOR,
+    GPU_RESOURCE,
+    GPU_TOLERATION,
+    INSTANCE_TYPE_LABEL,
+    NODEPOOL_LABEL,
+    WORKER_UID,
+)
 from .model import FAIL, PASS, CheckResult, condition, name_of
 
 NAME = "gpu-job"

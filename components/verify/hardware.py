@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .gpu import INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
-from .model import FAIL, PASS, SKIPPED, CheckResult, labels_of, name_of, quantity
+from ..spec.names import INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
+from ..spec.quantity import parse_quantity
+from .model import FAIL, PASS, SKIPPED, CheckResult, labels_of, name_of
 
 NAME = "hardware-ami"
 GPU_MANUFACTURER_LABEL = "karpenter.k8s.aws/instance-gpu-manufacturer"
@@ -131,7 +132,7 @@ def instance_store_problem(nodeclass: dict | None, node: dict) -> tuple[str | No
     if ((nodeclass or {}).get("spec") or {}).get("instanceStorePolicy") != "RAID0":
         return None, None
     labels = labels_of(node)
-    nvme_gb = quantity(labels.get(LOCAL_NVME_LABEL))
+    nvme_gb = parse_quantity(labels.get(LOCAL_NVME_LABEL))
     if nvme_gb is None:
         from .. import catalogue  # the label is Karpenter's; the catalogue knows the same figure for its types
 
@@ -139,7 +140,7 @@ def instance_store_problem(nodeclass: dict | None, node: dict) -> tuple[str | No
         nvme_gb = float(t.local_nvme_gb) if t is not None else None
     if not nvme_gb:
         return None, "no local NVMe: ephemeral storage on the root volume"
-    capacity = quantity(((node.get("status") or {}).get("capacity") or {}).get("ephemeral-storage"))
+    capacity = parse_quantity(((node.get("status") or {}).get("capacity") or {}).get("ephemeral-storage"))
     if capacity is None:
         return "no ephemeral-storage capacity in node status (kubelet's filesystem unknown)", None
     have, want = capacity / 2 ** 30, nvme_gb * 1e9 / 2 ** 30

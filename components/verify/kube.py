@@ -88,7 +88,7 @@ def _default_kubeconfig() -> str | None:
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None, *, connect_timeout_s: float = 5.0,
-            request_timeout_s: float = 30.0) -> "Kube":
+            request_timeout_s: float = 30.0) -> Kube:
     """Load the kubeconfig (or the in-cluster service account), ask the API for /version once, and return a Kube.
 
     Raises KubeUnreachable with one line when there is no kubeconfig, it cannot be used, or the API does not answer.

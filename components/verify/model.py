@@ -1,7 +1,6 @@
 """What a check reports (CheckResult), the settings a run is given, and the clock the waiting checks use."""
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -201,14 +200,3 @@ def condition(obj: dict, type_: str) -> dict | None:
     return None
 
 
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P|m)?$")
-_SUFFIX = {None: 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-           "Ki": 2.0 ** 10, "Mi": 2.0 ** 20, "Gi": 2.0 ** 30, "Ti": 2.0 ** 40, "Pi": 2.0 ** 50}
-
-
-def quantity(text: Any) -> float | None:
-    """A Kubernetes quantity as the API server writes it (`104845292Ki`, `17Gi`, `450G`, `3920m`) in base units;
-    None when it does not parse."""
-    m = _QUANTITY.match(str(text).strip()) if isinstance(text, (str, int, float)) and not isinstance(text, bool) \
-        else None
-    return float(m.group(1)) * _SUFFIX[m.group(2)] if m else None

@@ -220,7 +220,7 @@ def _compare_calendar(k_minor: str, row: catalogue.EksSupport | None, eks_versio
         if dates[api] is not None and dates[api] != mine:
             problems.append(f"EKS reports Kubernetes {k_minor} {api} {dates[api]} but catalogue.EKS_SUPPORT"
                             f"['{k_minor}'].{attr} is {mine}: the catalogue's calendar is stale (update it in "
-                            "components/catalogue.py)")
+                            "components/catalogue/support.py)")
 
 def run(ctx) -> CheckResult:
     """Read the controllers, the NodePool CRD and /version, then (with a cluster name) the EKS cluster and EKS's

@@ -17,9 +17,10 @@ from __future__ import annotations
 import copy
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import celpy
 import jsonschema

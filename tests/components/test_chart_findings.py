@@ -1,4 +1,4 @@
-"""The charts' rendered objects under checkov: every finding is explained in components/chart_findings.py, none is
+"""The charts' rendered objects under checkov: every finding is explained in components/catalogue/chart_findings.py, none is
 stale, and the requests/limits and seccomp checks pass on every chart container."""
 import json
 import os
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from components import catalogue, chart_findings
-from components.chart_findings import CHART_FINDINGS, NEVER_EXCUSED, object_of, stale, unexplained
+from components import catalogue
+from components.catalogue import chart_findings
+from components.catalogue.chart_findings import CHART_FINDINGS, NEVER_EXCUSED, object_of, stale, unexplained
 from components.offline import charts
 
 needs_charts = pytest.mark.skipif(not charts.SHARED_CHARTS.is_dir(), reason=f"the pinned chart archives are not at "
@@ -49,13 +50,13 @@ def found(dev):
 @needs_charts
 def test_every_checkov_finding_on_a_chart_object_is_explained(found):
     new = unexplained(found)
-    assert new == [], ("checkov findings on chart objects with no reason in components/chart_findings.py: "
+    assert new == [], ("checkov findings on chart objects with no reason in components/catalogue/chart_findings.py: "
                        + "; ".join(f"{c} {k} on {o}" for c, k, o in new))
 
 
 @needs_charts
 def test_no_explanation_is_stale(found):
-    assert stale(found) == [], "components/chart_findings.py explains findings checkov no longer makes: remove them"
+    assert stale(found) == [], "components/catalogue/chart_findings.py explains findings checkov no longer makes: remove them"
 
 
 @needs_charts

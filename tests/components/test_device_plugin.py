@@ -1,12 +1,12 @@
 """NVIDIA device plugin: chart pinned from the catalogue, only on GPU nodes, tolerating their taint, node-critical."""
 from __future__ import annotations
 
+import pytest
+
 from components.catalogue import CHARTS
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, device_plugin_values
 from components.offline.mocks import run_under_mocks
 from components.validation import ConfigError
-
-import pytest
 
 PIN = CHARTS["nvidia-device-plugin"]
 

@@ -6,9 +6,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.karpenter import (INTERRUPTION_TARGET_ID, NODE_MANAGED_POLICIES, controller_policy,
-                                  interruption_event_patterns, interruption_queue_policy, karpenter_values,
-                                  node_trust_policy)
+from components.karpenter import (
+    INTERRUPTION_TARGET_ID,
+    NODE_MANAGED_POLICIES,
+    controller_policy,
+    interruption_event_patterns,
+    interruption_queue_policy,
+    karpenter_values,
+    node_trust_policy,
+)
 
 UPSTREAM_IAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream-iam"
 TEMPLATE = UPSTREAM_IAM / "karpenter-v1.14.1-cloudformation.yaml"

@@ -5,8 +5,14 @@ from pathlib import Path
 import pytest
 
 from components import catalogue
-from components.catalogue import (EXCLUDED_INSTANCE_FAMILIES, INSTANCE_TYPES, InstanceType, allocatable_ephemeral_gib,
-                                  instance_type, instance_type_problem)
+from components.catalogue import (
+    EXCLUDED_INSTANCE_FAMILIES,
+    INSTANCE_TYPES,
+    InstanceType,
+    allocatable_ephemeral_gib,
+    instance_type,
+    instance_type_problem,
+)
 
 UPSTREAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream-karpenter"
 TYPES_MD = UPSTREAM / "instance-types-v1.14.1.md"

@@ -9,11 +9,18 @@ import pytest
 from components.catalogue import CHARTS
 from components.cluster import Cluster, ClusterArgs
 from components.device_plugin import NvidiaDevicePlugin
-from components.karpenter import (INTERRUPTION_TARGET_ID, Karpenter, KarpenterArgs, controller_policy,
-                                  interruption_event_patterns, interruption_queue_policy, karpenter_values)
-from components.offline.mocks import FAKE_ACCOUNT, UNKNOWN, run_under_mocks
+from components.karpenter import (
+    INTERRUPTION_TARGET_ID,
+    Karpenter,
+    KarpenterArgs,
+    controller_policy,
+    interruption_event_patterns,
+    interruption_queue_policy,
+    karpenter_values,
+)
 from components.nodeclass import Ec2NodeClass, Ec2NodeClassArgs
 from components.nodepool import GpuNodePool, GpuNodePoolArgs
+from components.offline.mocks import FAKE_ACCOUNT, UNKNOWN, run_under_mocks
 from components.validation import ConfigError
 
 CLUSTER = "burst-dev"
@@ -320,6 +327,7 @@ def test_batch_settings_default_to_karpenters_and_are_written_as_durations():
 
 def test_batch_settings_keys_are_the_charts():
     import tarfile
+
     from components.offline.charts import SHARED_CHARTS
     archive = SHARED_CHARTS / f"karpenter-{CHARTS['karpenter'].version}.tgz"
     if not archive.is_file():

@@ -9,8 +9,16 @@ import pulumi
 import pytest
 
 from components import catalogue
-from components.keda import (OPERATOR_SERVICE_ACCOUNT, Keda, KedaArgs, KedaScalerAuth, KedaScalerAuthArgs,
-                             TriggerAuthSpec, operator_assume_policy, trigger_authentication_manifest)
+from components.keda import (
+    OPERATOR_SERVICE_ACCOUNT,
+    Keda,
+    KedaArgs,
+    KedaScalerAuth,
+    KedaScalerAuthArgs,
+    TriggerAuthSpec,
+    operator_assume_policy,
+    trigger_authentication_manifest,
+)
 from components.offline.mocks import run_under_mocks
 from components.policy_documents import allow_wildcard_actions
 from components.validation import ConfigError

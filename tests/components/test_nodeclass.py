@@ -8,11 +8,16 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components.offline.mocks import run_under_mocks
-from components.nodeclass import (DISCOVERY_TAG, Ec2NodeClass, Ec2NodeClassArgs, instance_store_policy_for,
-                                  node_config_user_data,
-                                  ec2_nodeclass_manifest)
 from components import catalogue
+from components.nodeclass import (
+    DISCOVERY_TAG,
+    Ec2NodeClass,
+    Ec2NodeClassArgs,
+    ec2_nodeclass_manifest,
+    instance_store_policy_for,
+    node_config_user_data,
+)
+from components.offline.mocks import run_under_mocks
 from components.validation import ConfigError
 from tests.components import crd_oracle
 

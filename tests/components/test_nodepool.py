@@ -8,9 +8,9 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components.device_plugin import device_plugin_values
+from components.nodepool import DEFAULT_GPU_INSTANCE_TYPES, GpuNodePool, GpuNodePoolArgs, gpu_nodepool_manifest
 from components.offline.mocks import UNKNOWN, run_under_mocks
-from components.nodepool import (DEFAULT_GPU_INSTANCE_TYPES, GPU_TOLERATION, GpuNodePool,
-                                 GpuNodePoolArgs, gpu_nodepool_manifest)
+from components.spec.names import GPU_TOLERATION
 from components.validation import ConfigError
 from tests.components import crd_oracle
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from components import catalogue
 from tests.components.crd_oracle import check_against_crd

@@ -3,10 +3,8 @@ floor, the CLI's JSON, table and PNG, and the one-line errors."""
 from __future__ import annotations
 
 import dataclasses
-import math
-
-import dataclasses
 import json
+import math
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -20,8 +18,16 @@ from components import catalogue, planner
 from components.chooser import choose_pattern
 from components.config import StackConfig, WorkloadConfig, parse_config
 from components.offline.synth import read_stack_config
-from components.planner import (Burst, parse_burst, parse_set, plan_stack, plan_workload, plans_json, simulate,
-                                stage_durations)
+from components.planner import (
+    Burst,
+    parse_burst,
+    parse_set,
+    plan_stack,
+    plan_workload,
+    plans_json,
+    simulate,
+    stage_durations,
+)
 from components.validation import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -420,8 +426,9 @@ def test_warm_floor_open_for_the_first_arrival_but_not_the_second(dev):
 
 
 def test_warm_floor_open_sweep_agrees_with_the_cron_window_across_dst(dev):
-    from components.cron import window_active
     from zoneinfo import ZoneInfo
+
+    from components.cron import window_active
 
     cfg = _floor_cfg(dev)
     start = datetime(2026, 3, 26, 7, 0, tzinfo=timezone.utc)  # Thu; Europe/London goes to BST on Sun 29 March

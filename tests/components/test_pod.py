@@ -9,10 +9,15 @@ import pytest
 
 from components.catalogue import KUBERNETES_VERSION
 from components.offline.mocks import run_under_mocks
+from components.pod import (
+    WorkerPodSettings,
+    hardened_pod_spec,
+    hardened_pod_template,
+    image_digest_problem,
+    worker_network_policy,
+    worker_policy,
+)
 from components.policy_documents import allow_wildcard_actions
-from components.pod import (WorkerPodSettings, hardened_pod_spec, hardened_pod_template, image_digest_problem,
-                            worker_network_policy,
-                            worker_policy)
 from components.validation import ConfigError
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "ab" * 32

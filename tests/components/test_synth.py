@@ -7,7 +7,6 @@ import yaml
 
 from components import catalogue
 from components.offline.charts import CHART_TYPE, SHARED_CHARTS
-
 from tests.components.conftest import run_synth
 
 ROOT = Path(__file__).resolve().parents[2]

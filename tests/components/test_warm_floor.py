@@ -10,14 +10,21 @@ import pytest
 import yaml
 
 from components import catalogue
-from components.nodepool import GPU_TOLERATION
 from components.offline.mocks import run_under_mocks
-from components.pod import GPU_NODE_SELECTOR, WorkerPodSettings, hardened_pod_spec
+from components.pod import WorkerPodSettings, hardened_pod_spec
+from components.spec.names import GPU_NODE_SELECTOR, GPU_TOLERATION
 from components.validation import ConfigError
-from components.warm_floor import (PLACEHOLDER_PRIORITY, PLACEHOLDER_PRIORITY_CLASS, WORKLOAD_PRIORITY,
-                                   WORKLOAD_PRIORITY_CLASS, WarmGpuFloor, WarmGpuFloorArgs,
-                                   placeholder_deployment_manifest, priority_class_manifests,
-                                   warm_floor_scaled_object_manifest)
+from components.warm_floor import (
+    PLACEHOLDER_PRIORITY,
+    PLACEHOLDER_PRIORITY_CLASS,
+    WORKLOAD_PRIORITY,
+    WORKLOAD_PRIORITY_CLASS,
+    WarmGpuFloor,
+    WarmGpuFloorArgs,
+    placeholder_deployment_manifest,
+    priority_class_manifests,
+    warm_floor_scaled_object_manifest,
+)
 from tests.components.conftest import ROOT, run_synth
 from tests.components.crd_oracle import check_against_crd
 

@@ -14,8 +14,17 @@ from pathlib import Path
 
 import boto3
 import pytest
-from verify_fakes import (FakeApiServer, FakeClock, FakeKube, items, load, load_crd, pinned, pinned_server,
-                          write_kubeconfig)
+from verify_fakes import (
+    FakeApiServer,
+    FakeClock,
+    FakeKube,
+    items,
+    load,
+    load_crd,
+    pinned,
+    pinned_server,
+    write_kubeconfig,
+)
 
 from components import catalogue
 from components.verify import cli

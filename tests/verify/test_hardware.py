@@ -181,10 +181,3 @@ def test_raid0_on_the_nvme_passes_and_says_so():
 
 def test_without_raid0_in_the_nodeclass_the_root_volume_is_fine():
     assert _judge(_node(), load("ec2nodeclass_gpu_swapped.json")).status == "pass"
-
-
-@pytest.mark.parametrize("text,value", [("104845292Ki", 104845292 * 1024), ("17Gi", 17 * 2 ** 30), ("450G", 450e9),
-                                        ("3920m", 3.92), ("8", 8.0), ("lots", None), (None, None), (True, None)])
-def test_quantity(text, value):
-    from components.verify.model import quantity
-    assert quantity(text) == value

@@ -269,7 +269,7 @@ def test_a_stale_calendar_fails_naming_both_dates():
     assert r.status == "fail", r
     assert r.summary == (f"EKS reports Kubernetes {pin} endOfStandardSupportDate {live} but catalogue.EKS_SUPPORT"
                          f"['{pin}'].standard_end is {row.standard_end}: the catalogue's calendar is stale (update it "
-                         "in components/catalogue.py)")
+                         "in components/catalogue/support.py)")
 
 
 def test_a_matching_calendar_in_another_time_zone_passes_and_is_quoted():

@@ -7,10 +7,11 @@ import json
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import yaml
@@ -351,7 +352,7 @@ class FakeApiServer:
     def requests(self) -> list[str]:
         return self.handler.requests
 
-    def __enter__(self) -> "FakeApiServer":
+    def __enter__(self) -> FakeApiServer:
         self.thread.start()
         return self
 

@@ -9,9 +9,18 @@ appear here: every chart container has them.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
+__all__ = [
+    "ChartFinding",
+    "NEVER_EXCUSED",
+    "CHART_FINDINGS",
+    "object_of",
+    "unexplained",
+    "stale",
+    "reason_for",
+]
 
 @dataclass(frozen=True)
 class ChartFinding:

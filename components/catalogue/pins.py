@@ -1,0 +1,118 @@
+"""The pins: every version and image the stack deploys unless a stack's config overrides it (and the override is
+checked against the facts in releases.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --------------------------------------------------------------------------------------------------------------------
+# Pins: what the stack deploys unless a stack's config overrides it (and the override is checked against the facts).
+# --------------------------------------------------------------------------------------------------------------------
+
+__all__ = [
+    "KUBERNETES_VERSION",
+    "KARPENTER_VERSION",
+    "KEDA_VERSION",
+    "NVIDIA_DEVICE_PLUGIN_VERSION",
+    "WORKER_BASE_IMAGE",
+    "WORKER_BASE_IMAGE_BYTES",
+    "WORKER_IMAGE_LAYER_BYTES",
+    "WORKER_CODE_LAYER_BYTES",
+    "WORKER_PYTHON_REQUIREMENTS",
+    "ChartPin",
+    "CHARTS",
+    "KARPENTER_CHARTS",
+    "PAUSE_IMAGE",
+]
+
+KUBERNETES_VERSION = "1.35"
+"""EKS control-plane version: inside both the pinned Karpenter's (1.29-1.35) and the pinned KEDA's (1.33-1.35)
+supported ranges, within the schemas kubernetes-validate ships (1.25-1.37), and in EKS standard support until
+2027-03-27 (see `EKS_SUPPORT`)."""
+
+KARPENTER_VERSION = "1.14.1"
+"""Karpenter controller and `karpenter-crd` chart version (always the same; see `KARPENTER_CHARTS`)."""
+
+KEDA_VERSION = "2.20.2"
+"""KEDA chart and operator version; TriggerAuthentication and ScaledJob schemas are judged against this one."""
+
+NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.0"
+"""NVIDIA k8s-device-plugin chart version (advertises `nvidia.com/gpu` on GPU nodes): 0.20.0 (2026-08-19), which
+passes CDI feature flags through (`cdi.featureFlags`, since 0.18.1/0.18.2) and vendors node-feature-discovery 0.19.0
+(not installed here: `gfd.enabled` stays false)."""
+
+WORKER_BASE_IMAGE = ("python:3.11.14-slim-bookworm"
+                     "@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d")
+"""Base image of worker/Dockerfile (the BASE_IMAGE build arg): CPython 3.11 (the version the worker is tested on) on
+Debian 12 slim, by its multi-platform index digest. Not a CUDA image: torch 2.13's CUDA 13 wheels bring their own CUDA
+libraries and the NVIDIA container toolkit mounts the host's driver, so the smallest base that runs Python and glibc
+>= 2.28 (the wheels' manylinux floor) is all the worker needs (the CUDA 12.8 runtime base it replaced carried a second
+CUDA nothing loaded)."""
+
+WORKER_BASE_IMAGE_BYTES = 42_000_000
+"""ESTIMATE, not measured here (no registry access offline): compressed size of the base image for linux/amd64,
+~42 MB (Debian 12 slim ~28 MB + CPython ~14 MB, as Docker Hub lists the 3.11-slim-bookworm tags)."""
+
+WORKER_IMAGE_LAYER_BYTES: dict[str, int] = {
+    # Written by scripts/lock_worker_image.py; tests/components/test_image_layers.py re-adds the sizes recorded in
+    # worker/image/*.txt and fails when a re-lock was not copied here.
+    "10-cublas.txt": 423_138_758,
+    "11-cudnn.txt": 366_173_588,
+    "12-cufft-curand.txt": 273_629_747,
+    "13-nccl-nvshmem.txt": 266_388_546,
+    "14-cusolver.txt": 200_941_980,
+    "15-cusparse.txt": 316_091_523,
+    "16-cuda-small.txt": 159_644_791,
+    "20-triton.txt": 197_701_306,
+    "30-torch.txt": 526_574_961,
+    "40-worker.txt": 85_029_107,
+}
+"""Expected compressed size in bytes of each Python layer of the worker image (one per worker/image lock file): the
+sum of its wheels' sizes on PyPI (the simple index's PEP 700 `size`, read 2026-12-01). A layer is a gzip of the
+unpacked wheels, so its size is close to but not exactly this (an estimate). Whole image: these plus
+`WORKER_BASE_IMAGE_BYTES` and the worker's own code (< 1 MB): ~2.86 GB compressed, largest layer torch at 0.53 GB."""
+
+WORKER_CODE_LAYER_BYTES = 2_000_000
+"""Upper bound of the worker's own layers (worker/ sources, the built-in model, bytecode), in bytes; a test holds the
+sources under it uncompressed."""
+
+WORKER_PYTHON_REQUIREMENTS = "worker/requirements.txt"
+"""Where the worker image's Python pins live (torch, tifffile, ...): the Dockerfile installs exactly that file."""
+
+
+@dataclass(frozen=True)
+class ChartPin:
+    """Where a Helm chart comes from and which version the stack installs."""
+
+    chart: str
+    """Chart name, e.g. `karpenter`."""
+    repository: str
+    """Helm repository URL or OCI registry prefix (without the chart name)."""
+    version: str
+    """Exact chart version; never a range."""
+    namespace: str
+    """Namespace the release is installed into."""
+
+
+CHARTS: dict[str, ChartPin] = {
+    "karpenter-crd": ChartPin("karpenter-crd", "oci://public.ecr.aws/karpenter", KARPENTER_VERSION, "kube-system"),
+    "karpenter": ChartPin("karpenter", "oci://public.ecr.aws/karpenter", KARPENTER_VERSION, "kube-system"),
+    "keda": ChartPin("keda", "https://kedacore.github.io/charts", KEDA_VERSION, "keda"),
+    "nvidia-device-plugin": ChartPin(
+        "nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin", NVIDIA_DEVICE_PLUGIN_VERSION,
+        "nvidia-device-plugin"),
+}
+"""Every Helm chart the stack installs, keyed by chart name."""
+
+KARPENTER_CHARTS = ("karpenter-crd", "karpenter")
+"""The two Karpenter charts: they must always be at the same version (the CRDs are coupled to the controller)."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Warm GPU floor: the placeholder pod's image (components/warm_floor.py).
+# --------------------------------------------------------------------------------------------------------------------
+
+PAUSE_IMAGE = ("registry.k8s.io/pause:3.10"
+               "@sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a")
+"""The warm-floor placeholder's image: Kubernetes' pause 3.10 (multi-arch index digest), runs as uid 65535 and does
+nothing, so the GPU it holds costs only the node."""
+

@@ -1,0 +1,41 @@
+"""Names every room shares: Kubernetes resource names, the labels and taints the GPU NodePool and the worker pods
+agree on, the system node group's label. One definition each; the components, the pack and `verify` import them."""
+from __future__ import annotations
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The extended resource the NVIDIA device plugin advertises and every GPU pod requests."""
+
+GPU_PRESENT_LABEL = ("nvidia.com/gpu.present", "true")
+"""(key, value) of the node label every GPU NodePool sets and the NVIDIA device plugin's DaemonSet selects: without
+it the plugin schedules nowhere and `nvidia.com/gpu` is never allocatable."""
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+"""The taint of every GPU node: only pods that tolerate it (GPU work, the device plugin) land there."""
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+"""The toleration of GPU_TAINT."""
+
+GPU_NODE_SELECTOR = {GPU_PRESENT_LABEL[0]: GPU_PRESENT_LABEL[1]}
+"""nodeSelector of a GPU pod: any node with an NVIDIA GPU, never a single instance type, so Karpenter may pick any
+GPU type the NodePool allows (the NodePool's node template carries the label, so Karpenter knows before launch)."""
+
+POOL_LABEL = "gpuburst.io/pool"
+"""Label naming which pool a node belongs to (the system node group sets `system`)."""
+
+SYSTEM_POOL = "system"
+"""Value of POOL_LABEL on the system managed node group (controllers: Karpenter, KEDA, CoreDNS)."""
+
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+"""Label Karpenter sets on every node it launches: the NodePool's name."""
+
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+"""Karpenter's well-known label of a node's capacity type (spot, on-demand, reserved)."""
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+"""The well-known label of a node's EC2 instance type."""
+
+WORKER_UID = 10001
+"""Numeric user and group id of the worker process (outside the range most base images use for real users)."""
+
+WORKER_LABEL = "gpuburst-worker"
+"""Value of `app.kubernetes.io/name` on every worker pod."""
