@@ -1,4 +1,4 @@
-"""gpuburst: Pulumi components for bursty, queue-driven GPU inference on AWS EKS (imported as `gpuburst` once installed).
+"""gpuburst: Pulumi components for bursty, queue-driven GPU inference on AWS EKS (`gpuburst` once installed).
 
 The public surface is listed in `__all__`. Names load lazily, so `components.catalogue` (read by the policy pack and
 `verify`) does not pull in the Pulumi providers.
@@ -23,15 +23,15 @@ _EXPORTS: dict[str, str] = {
     "GpuScaledJob": "scaledjob", "GpuScaledJobArgs": "scaledjob", "ScaledJobSettings": "scaledjob",
     "GpuConsumer": "consumer", "GpuConsumerArgs": "consumer",
     "WorkerPodSettings": "pod", "WorkerAccessArgs": "pod",
-    "WorkloadFacts": "chooser", "PatternChoice": "chooser", "choose_pattern": "chooser",
-    "require_pattern": "chooser",
+    "WorkloadFacts": "spec.workload", "PatternChoice": "planning.chooser", "choose_pattern": "planning.chooser",
+    "require_pattern": "planning.chooser",
     # Queues, storage, image, identity
     "WorkQueue": "queue", "WorkQueueArgs": "queue",
     "SlideStorage": "storage", "SlideStorageArgs": "storage",
     "WorkerImage": "image", "WorkerImageArgs": "image",
     "WorkloadIdentity": "identity", "WorkloadIdentityArgs": "identity",
     # Errors and the version catalogue
-    "ConfigError": "validation",
+    "ConfigError": "spec.validation",
     "catalogue": "",
 }
 

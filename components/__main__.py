@@ -1,4 +1,5 @@
-"""Command line of the components: `synth` (offline plan), `charts pull` (chart cache), `verify` (live checks), `plan-burst` (burst model)."""
+"""Command line of the components: `synth` (offline plan), `charts pull` (chart cache), `verify` (live checks),
+`plan-burst` (burst model)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,7 @@ CHARTS_HELP = ("chart cache folder of <chart>-<version>.tgz archives (default: $
 
 def _synth(argv: list[str]) -> int:
     from .offline.synth import SynthError, checkov_charts, summary, synth
-    from .validation import ConfigError
+    from .spec.validation import ConfigError
 
     parser = argparse.ArgumentParser(
         prog="python -m components synth",
@@ -43,8 +44,9 @@ def _charts(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m components charts",
-        description="`pull`: download every chart of catalogue.CHARTS (components/catalogue/pins.py), at its pinned version, from its "
-                    "repository into the chart cache the synth renders from (needs the network).")
+        description="`pull`: download every chart of catalogue.CHARTS (components/catalogue/pins.py), at its "
+                    "pinned version, from its repository into the chart cache the synth renders from (needs the "
+                    "network).")
     parser.add_argument("action", choices=["pull"])
     parser.add_argument("--charts", type=Path, default=None,
                         help="chart cache to fill (default: $GPUBURST_CHARTS, else $XDG_CACHE_HOME/gpuburst/charts or "
@@ -89,7 +91,7 @@ def _plan_burst(argv: list[str]) -> int:
 
     from .config import parse_config
     from .offline.synth import SynthError, read_stack_config
-    from .planner import (
+    from .planning import (
         STAGES,
         Trace,
         parse_burst,
@@ -100,8 +102,8 @@ def _plan_burst(argv: list[str]) -> int:
         plans_table,
         write_timeline,
     )
-    from .planner import TRACE_FORMAT as TRACE_HELP
-    from .validation import ConfigError
+    from .planning import TRACE_FORMAT as TRACE_HELP
+    from .spec.validation import ConfigError
 
     parser = argparse.ArgumentParser(
         prog="python -m components plan-burst",

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import catalogue
-from .chooser import WorkloadFacts, choose_pattern, parallel_blocker
-from .validation import ConfigError, Rule, is_int_between, validate
+from .planning.chooser import choose_pattern
+from .spec.validation import ConfigError, Rule, is_int_between, validate
+from .spec.workload import WorkloadFacts, parallel_blocker
 
 NAMESPACE = "gpuburst"
 """The Pulumi config namespace of this project: keys are written `gpuburst:<key>`."""
@@ -37,7 +38,8 @@ class WorkloadConfig:
     items_independent: bool = True
     """True when messages can be processed in any order by any worker. Default: True."""
     ordered: bool = False
-    """True when messages of one study must be processed in order (FIFO queue, message group = study). Default: False."""
+    """True when messages of one study must be processed in order (FIFO queue, message group = study).
+    Default: False."""
     stateful: bool = False
     """True when state is carried from one message to the next (per-study state). Default: False."""
     model_load_s: float = 45.0
@@ -246,7 +248,7 @@ class StackConfig:
     """E-mail addresses subscribed to the alarm topics. Required: at least one (each must confirm AWS's e-mail)."""
     workloads: tuple[WorkloadConfig, ...] = field(default_factory=_default_workloads)
     """The queue-driven GPU workloads. Default: `slides` (independent) and `studies` (ordered, stateful)."""
-    polling_interval_s: int = 30
+    polling_interval_s: int = catalogue.KEDA_DEFAULT_POLLING_INTERVAL_S
     """Seconds between KEDA's queue-length polls of every ScaledJob (spec.pollingInterval), 5-3600. Default: 30."""
     karpenter_batch_idle_s: int = 1
     """Karpenter `settings.batchIdleDuration`, seconds: a provisioning batch ends after this long without a new
@@ -458,8 +460,8 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
     if cfg.fast_image_pull and cfg.gpu_instance_store_policy != "RAID0":
         raise ConfigError(prefix + "fastImagePull", cfg.fast_image_pull,
                           f"false when gpuInstanceStorePolicy is {cfg.gpu_instance_store_policy!r}: a parallel pull "
-                          f"onto the {catalogue.GP3_BASELINE_THROUGHPUT_MIBPS} MiB/s root volume is slower, not faster (nodeadm "
-                          f"advises >= {catalogue.FAST_IMAGE_PULL_MIN_EBS_MIBPS} MiB/s)")
+                          f"onto the {catalogue.GP3_BASELINE_THROUGHPUT_MIBPS} MiB/s root volume is slower, not faster "
+                          f"(nodeadm advises >= {catalogue.FAST_IMAGE_PULL_MIN_EBS_MIBPS} MiB/s)")
     if cfg.warm_gpus is not None and cfg.warm_gpus.count > cfg.gpu_limit:
         raise ConfigError(prefix + "warmGpus.count", cfg.warm_gpus.count,
                           f"at most gpuLimit = {cfg.gpu_limit} (a floor above the NodePool's limit never comes up)")

@@ -27,7 +27,6 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .chooser import WorkloadFacts, fact_annotations
 from .nodepool import CAPACITY_TYPES
 from .pod import (
     WorkerAccessArgs,
@@ -37,7 +36,8 @@ from .pod import (
     worker_network_policy,
 )
 from .spec.names import CAPACITY_TYPE_LABEL, WORKER_LABEL
-from .validation import ConfigError
+from .spec.validation import ConfigError
+from .spec.workload import WorkloadFacts, fact_annotations
 
 DEFAULT_CAPACITY_TYPE = "on-demand"
 """Capacity type of the node the consumer's pod selects (see the module docstring)."""

@@ -9,7 +9,7 @@ import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS, DEVICE_PLUGIN_CDI_FEATURE_FLAGS, device_plugin_version_problem
 from .spec.names import GPU_PRESENT_LABEL, GPU_TOLERATION
-from .validation import ConfigError
+from .spec.validation import ConfigError
 
 CHART = "nvidia-device-plugin"
 """Key of the chart in catalogue.CHARTS."""

@@ -21,7 +21,7 @@ import pulumi_aws as aws
 import pulumi_docker_build as docker_build
 
 from .catalogue import WORKER_BASE_IMAGE
-from .validation import ConfigError, Rule, is_int_between, validate
+from .spec.validation import ConfigError, Rule, is_int_between, validate
 
 WORKER_PLATFORM = "linux/amd64"
 """The one platform the worker is built for: the GPU instance families the NodePool allows are all x86-64."""

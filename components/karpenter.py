@@ -15,7 +15,7 @@ from .catalogue import CHARTS, KUBERNETES_VERSION, combination_problems, karpent
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .queue import TAG_ROLE
 from .spec.names import POOL_LABEL
-from .validation import ConfigError, Rule, validate
+from .spec.validation import ConfigError, Rule, validate
 
 SERVICE_ACCOUNT = "karpenter"
 """Service account of the Karpenter controller (the Pod Identity association names it)."""

@@ -22,10 +22,10 @@ import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS, KEDA_IDENTITY_OWNERS, KEDA_VERSION, keda_version_problem
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
-from .keda_schema import API_VERSION, AUTH_KINDS, check_keda_manifest
-from .policy_documents import policy_document, queue_metrics_statements
+from .spec.keda_schema import API_VERSION, AUTH_KINDS, check_keda_manifest
 from .spec.names import POOL_LABEL, SYSTEM_POOL
-from .validation import ConfigError
+from .spec.policy_documents import policy_document, queue_metrics_statements
+from .spec.validation import ConfigError
 
 KEDA_CHART = CHARTS["keda"]
 """The pinned KEDA chart (name, repository, version, namespace) from the catalogue."""

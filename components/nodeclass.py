@@ -11,7 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import catalogue
-from .validation import ConfigError, Rule, validate
+from .spec.validation import ConfigError, Rule, validate
 
 NODECLASS_API_VERSION = "karpenter.k8s.aws/v1"
 """apiVersion of EC2NodeClass (served by every Karpenter the catalogue accepts, >= 1.0.3)."""

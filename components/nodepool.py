@@ -11,32 +11,16 @@ import pulumi_kubernetes as k8s
 
 from .catalogue import instance_type_expectation
 from .nodeclass import NODECLASS_API_VERSION
-from .spec.names import CAPACITY_TYPE_LABEL, GPU_PRESENT_LABEL, GPU_TAINT, POOL_LABEL
-from .spec.quantity import is_quantity
-from .validation import ConfigError, Rule, is_int_between, validate
-
-NODEPOOL_API_VERSION = "karpenter.sh/v1"
-"""apiVersion of NodePool (served by every Karpenter the catalogue accepts, >= 1.0.3)."""
-
-DEFAULT_GPU_INSTANCE_TYPES = ("g4dn.xlarge", "g4dn.2xlarge", "g5.xlarge", "g5.2xlarge")
-"""Single-GPU NVIDIA x86-64 sizes across two families, so that spot shortage in one type does not stall the queue."""
-
-CAPACITY_TYPES = ("spot", "on-demand", "reserved")
-"""Values of the `karpenter.sh/capacity-type` requirement. Their ORDER means nothing to Karpenter: with both spot and
-on-demand allowed it always prefers spot (price-capacity-optimized) and falls back to on-demand only when spot is
-short. A workload that must not run on spot asks for it itself: `ON_DEMAND_NODE_SELECTOR`."""
-
-ON_DEMAND_NODE_SELECTOR = {CAPACITY_TYPE_LABEL: "on-demand"}
-"""Pod nodeSelector that makes Karpenter launch (and the scheduler use) only on-demand nodes of a pool that allows
-both: Karpenter intersects the pod's requirements with the NodePool's, so the pod never lands on spot. The pool must
-allow on-demand, or the pod stays Pending."""
-
-DEFAULT_BUDGETS = (
-    {"nodes": "100%", "reasons": ["Empty"]},
-    {"nodes": "0", "reasons": ["Drifted", "Underutilized"]},
+from .spec.gpu_pool import (
+    CAPACITY_TYPES,
+    DEFAULT_BUDGETS,
+    DEFAULT_CONSOLIDATE_AFTER,
+    DEFAULT_GPU_INSTANCE_TYPES,
+    NODEPOOL_API_VERSION,
 )
-"""Disruption budgets: empty nodes may all go at once (that is the point of bursting), but Karpenter never voluntarily
-replaces a node that is still running work (drift, underuse); a drifted node is removed once it is empty."""
+from .spec.names import GPU_PRESENT_LABEL, GPU_TAINT, POOL_LABEL
+from .spec.quantity import is_quantity
+from .spec.validation import ConfigError, Rule, is_int_between, validate
 
 _DURATION = re.compile(r"^([0-9]+(s|m|h))+$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -97,7 +81,8 @@ def _check_labels(labels: Mapping[str, str]) -> None:
 def gpu_nodepool_manifest(name: str, *, nodeclass_name: str,
                           instance_types: Sequence[str] = DEFAULT_GPU_INSTANCE_TYPES,
                           capacity_types: Sequence[str] = ("spot", "on-demand"),
-                          gpu_limit: int, cpu_limit: int | str | None = None, consolidate_after: str = "5m",
+                          gpu_limit: int, cpu_limit: int | str | None = None,
+                          consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER,
                           expire_after: str = "720h", termination_grace_period: str | None = None,
                           budgets: Sequence[Mapping[str, Any]] | None = None, labels: Mapping[str, str] | None = None,
                           weight: int | None = None) -> dict:
@@ -167,7 +152,7 @@ class GpuNodePoolArgs:
     Default spot and on-demand: spot, falling back to on-demand when spot is short."""
     cpu_limit: int | str | None = None
     """Most vCPUs the pool may hold, or None (default) for no CPU cap."""
-    consolidate_after: str = "5m"
+    consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER
     """How long a node stays empty before it is removed. Default 5m."""
     expire_after: str = "720h"
     """Node lifetime before forced replacement (picks up new AMIs). Default 720h (Karpenter's default)."""

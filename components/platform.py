@@ -4,7 +4,6 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .chooser import PatternChoice, WorkloadFacts, choose_pattern, require_pattern
 from .cluster import Cluster, ClusterArgs
 from .config import StackConfig, WorkloadConfig, support_advisory
 from .consumer import GpuConsumer, GpuConsumerArgs
@@ -14,9 +13,11 @@ from .karpenter import Karpenter, KarpenterArgs
 from .keda import Keda, KedaArgs
 from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, instance_store_policy_for
 from .nodepool import GpuNodePool, GpuNodePoolArgs
+from .planning.chooser import PatternChoice, choose_pattern, require_pattern
 from .pod import WorkerPodSettings
 from .queue import WorkQueue, WorkQueueArgs
 from .scaledjob import GpuScaledJob, GpuScaledJobArgs
+from .spec.workload import WorkloadFacts
 from .storage import SlideStorage, SlideStorageArgs
 from .warm_floor import WarmGpuFloor, WarmGpuFloorArgs
 

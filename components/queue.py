@@ -15,8 +15,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from . import policy_documents
-from .validation import ConfigError, Rule, is_int_between, validate
+from .spec import policy_documents
+from .spec.validation import ConfigError, Rule, is_int_between, validate
 
 SQS_MAX_VISIBILITY_TIMEOUT_S = 43200
 """SQS's ceiling on a visibility timeout (12 hours)."""

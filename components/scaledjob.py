@@ -17,10 +17,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .catalogue import KEDA_VERSION
-from .chooser import WorkloadFacts, fact_annotations, require_pattern
+from .catalogue import KEDA_DEFAULT_POLLING_INTERVAL_S, KEDA_VERSION
 from .keda import Keda, KedaScalerAuth, KedaScalerAuthArgs
-from .keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
+from .planning.chooser import require_pattern
 from .pod import (
     WorkerAccessArgs,
     WorkerPodSettings,
@@ -28,8 +27,10 @@ from .pod import (
     hardened_pod_template,
     worker_network_policy,
 )
+from .spec.keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
 from .spec.names import WORKER_LABEL
-from .validation import ConfigError, Rule, is_int_between, validate
+from .spec.validation import ConfigError, Rule, is_int_between, validate
+from .spec.workload import WorkloadFacts, fact_annotations
 
 
 @dataclass
@@ -43,7 +44,7 @@ class ScaledJobSettings:
     message, matching `max_messages_per_job`."""
     max_messages_per_job: int = 1
     """The worker's --max-messages: a job takes this many messages, then exits. Default 1."""
-    polling_interval_s: int = 30
+    polling_interval_s: int = KEDA_DEFAULT_POLLING_INTERVAL_S
     """Seconds between KEDA's queue-length polls (spec.pollingInterval). Default 30 (the stack sets it from
     `gpuburst:pollingIntervalS`)."""
     successful_jobs_history_limit: int = 3

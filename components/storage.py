@@ -18,8 +18,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from . import policy_documents
-from .validation import ConfigError, Rule, is_int_between, validate
+from .spec import policy_documents
+from .spec.validation import ConfigError, Rule, is_int_between, validate
 
 SSE_ALGORITHM = "aws:kms"
 """Default encryption of both buckets (see the module docstring for why not AES256)."""

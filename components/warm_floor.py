@@ -21,10 +21,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .catalogue import PAUSE_IMAGE
-from .keda_schema import API_VERSION as KEDA_API_VERSION
-from .pod import WorkerPodSettings, _quantity_cpu
+from .spec.keda_schema import API_VERSION as KEDA_API_VERSION
 from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION
-from .validation import ConfigError
+from .spec.quantity import fmt_cpu
+from .spec.validation import ConfigError
+from .spec.worker_pod import WorkerPodSettings
 
 PLACEHOLDER_NAME = "gpuburst-warm-floor"
 """Name of the placeholder Deployment, its ScaledObject and its PriorityClass."""
@@ -74,7 +75,7 @@ def placeholder_resources(pod: WorkerPodSettings | None = None) -> dict[str, str
     sized for a pause container (e.g. a g6.xlarge) cannot host the worker, so no real job could ever preempt onto it.
     """
     s = pod or WorkerPodSettings(image="")
-    return {"cpu": _quantity_cpu(s.cpu_cores), "memory": f"{s.memory_gib}Gi",
+    return {"cpu": fmt_cpu(s.cpu_cores), "memory": f"{s.memory_gib}Gi",
             "ephemeral-storage": f"{s.scratch_gib + s.tmp_gib}Gi", GPU_RESOURCE: "1"}
 
 

@@ -196,7 +196,8 @@ class RecordingMonitor(_mocks.MockMonitor):
         return response
 
     def RegisterResourceOutputs(self, request):  # noqa: N802
-        if request.urn == self.stack_urn or request.urn.endswith("::pulumi:pulumi:Stack::" + request.urn.split("::")[-1]):
+        stack_suffix = "::pulumi:pulumi:Stack::" + request.urn.split("::")[-1]
+        if request.urn == self.stack_urn or request.urn.endswith(stack_suffix):
             self.stack_outputs.update(to_plain(rpc.deserialize_properties(request.outputs, keep_unknowns=True)))
         return super().RegisterResourceOutputs(request)
 

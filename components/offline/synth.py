@@ -120,7 +120,8 @@ class SynthOutput:
     checkov: dict[str, dict[str, int]] | None = None
     """Chart name -> {checkov check id: objects failing it} on its rendered objects; None when not run."""
     checkov_findings: list[tuple[str, str, str]] = field(default_factory=list)
-    """Every (chart, check id, `Kind/name`) checkov failed on the charts' objects (see components/catalogue/chart_findings.py)."""
+    """Every (chart, check id, `Kind/name`) checkov failed on the charts' objects (see
+    components/catalogue/chart_findings.py)."""
     checkov_note: str = ""
 
 

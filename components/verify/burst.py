@@ -500,8 +500,8 @@ def default_workload(config: Any) -> str:
 def predicted(config: Any, workload_name: str, n: int, at: datetime | None = None) -> Prediction:
     """The planner's prediction for a burst of `n` probes of `workload_name` at `at` (pure; ConfigError when the
     workload is not in the config)."""
-    from ..planner import Burst, plan_workload
-    from ..validation import ConfigError
+    from ..planning import Burst, plan_workload
+    from ..spec.validation import ConfigError
 
     workload = next((w for w in config.workloads if w.name == workload_name), None)
     if workload is None:

@@ -145,9 +145,9 @@ def instance_store_problem(nodeclass: dict | None, node: dict) -> tuple[str | No
         return "no ephemeral-storage capacity in node status (kubelet's filesystem unknown)", None
     have, want = capacity / 2 ** 30, nvme_gb * 1e9 / 2 ** 30
     if capacity < RAID0_MIN_FRACTION * nvme_gb * 1e9:
-        return (f"the EC2NodeClass asks for instanceStorePolicy RAID0 but ephemeral-storage capacity is {have:.0f} GiB, "
-                f"not the {nvme_gb:.0f} GB ({want:.0f} GiB) of NVMe: kubelet and containerd are on the root volume, "
-                "so images unpack at EBS speed"), None
+        return (f"the EC2NodeClass asks for instanceStorePolicy RAID0 but ephemeral-storage capacity is {have:.0f} "
+                f"GiB, not the {nvme_gb:.0f} GB ({want:.0f} GiB) of NVMe: kubelet and containerd are on the root "
+                "volume, so images unpack at EBS speed"), None
     return None, f"ephemeral storage {have:.0f} GiB on the NVMe RAID0 ({nvme_gb:.0f} GB)"
 
 

@@ -23,7 +23,6 @@ OPERATOR_SELECTOR = "app.kubernetes.io/name=keda-operator"
 PROBE_ATTRIBUTE = "gpuburst-verify"
 """SQS message attribute (String) that marks a verify probe; its value is the probe's uuid."""
 PAUSED_ANNOTATION = "autoscaling.keda.sh/paused"
-DEFAULT_POLLING_INTERVAL_S = 30
 """KEDA's default ScaledJob pollingInterval (used when the spec leaves it out)."""
 
 
@@ -232,7 +231,7 @@ def sqs_triggers(sj: dict) -> list[dict[str, Any]]:
 
 def polling_interval_s(sj: dict) -> int:
     """spec.pollingInterval, seconds (KEDA's default 30 when absent)."""
-    return int((sj.get("spec") or {}).get("pollingInterval") or DEFAULT_POLLING_INTERVAL_S)
+    return int((sj.get("spec") or {}).get("pollingInterval") or catalogue.KEDA_DEFAULT_POLLING_INTERVAL_S)
 
 
 def scaledjob_problems(sj: dict, warnings: list[dict], operator_lines: list[str], auth_names: set[str],

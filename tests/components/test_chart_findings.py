@@ -1,5 +1,5 @@
-"""The charts' rendered objects under checkov: every finding is explained in components/catalogue/chart_findings.py, none is
-stale, and the requests/limits and seccomp checks pass on every chart container."""
+"""The charts' rendered objects under checkov: every finding is explained in components/catalogue/chart_findings.py,
+none is stale, and the requests/limits and seccomp checks pass on every chart container."""
 import json
 import os
 import shutil
@@ -56,7 +56,8 @@ def test_every_checkov_finding_on_a_chart_object_is_explained(found):
 
 @needs_charts
 def test_no_explanation_is_stale(found):
-    assert stale(found) == [], "components/catalogue/chart_findings.py explains findings checkov no longer makes: remove them"
+    assert stale(found) == [], ("components/catalogue/chart_findings.py explains findings checkov no longer makes: "
+                                "remove them")
 
 
 @needs_charts

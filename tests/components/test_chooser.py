@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from components.chooser import PatternChoice, WorkloadFacts, choose_pattern, estimates, require_pattern
-from components.validation import ConfigError
+from components.planning.chooser import PatternChoice, choose_pattern, estimates, require_pattern
+from components.spec.validation import ConfigError
+from components.spec.workload import WorkloadFacts
 
 
 def facts(**kw) -> WorkloadFacts:

@@ -7,7 +7,7 @@ import yaml
 
 from components import catalogue
 from components.config import CONFIG_KEYS, StackConfig, parse_config
-from components.validation import ConfigError
+from components.spec.validation import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

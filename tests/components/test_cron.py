@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from components.cron import CronError, active_seconds, matches, parse, window_active
+from components.planning.cron import CronError, active_seconds, matches, parse, window_active
 
 UTC = timezone.utc
 

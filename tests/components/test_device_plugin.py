@@ -6,7 +6,7 @@ import pytest
 from components.catalogue import CHARTS
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, device_plugin_values
 from components.offline.mocks import run_under_mocks
-from components.validation import ConfigError
+from components.spec.validation import ConfigError
 
 PIN = CHARTS["nvidia-device-plugin"]
 

@@ -14,7 +14,7 @@ from components import catalogue
 from components import image as im
 from components.image import WorkerImage, WorkerImageArgs
 from components.offline.mocks import FAKE_ACCOUNT, RealisticMocks, run_under_mocks
-from components.validation import ConfigError
+from components.spec.validation import ConfigError
 
 REPO_URL_PREFIX = f"{FAKE_ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/"
 

@@ -112,7 +112,8 @@ def test_the_layered_image_pulls_faster_than_one_fat_layer():
                catalogue.WORKER_CODE_LAYER_BYTES)
     fast, fat = (catalogue.image_pull_seconds(x, parallel=True) for x in (layered, one_fat))
     serial = catalogue.image_pull_seconds(layered, parallel=False)
-    print(f"pull: layered+FastImagePull {fast:.1f} s, one fat layer+FastImagePull {fat:.1f} s, one stream {serial:.1f} s")
+    print(f"pull: layered+FastImagePull {fast:.1f} s, one fat layer+FastImagePull {fat:.1f} s, "
+          f"one stream {serial:.1f} s")
     assert fast < 0.5 * fat and fat == pytest.approx(serial, rel=0.05)
     assert catalogue.STAGE_DURATIONS["image_pull"].seconds == round(fast)  # the stack's default: whole seconds
 

@@ -21,7 +21,7 @@ from components.karpenter import (
 from components.nodeclass import Ec2NodeClass, Ec2NodeClassArgs
 from components.nodepool import GpuNodePool, GpuNodePoolArgs
 from components.offline.mocks import FAKE_ACCOUNT, UNKNOWN, run_under_mocks
-from components.validation import ConfigError
+from components.spec.validation import ConfigError
 
 CLUSTER = "burst-dev"
 NODE_ROLE_ARN = f"arn:aws:iam::{FAKE_ACCOUNT}:role/{CLUSTER}-karpenter-node"

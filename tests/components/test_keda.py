@@ -20,8 +20,8 @@ from components.keda import (
     trigger_authentication_manifest,
 )
 from components.offline.mocks import run_under_mocks
-from components.policy_documents import allow_wildcard_actions
-from components.validation import ConfigError
+from components.spec.policy_documents import allow_wildcard_actions
+from components.spec.validation import ConfigError
 from tests.components.crd_oracle import validate_against_crd
 
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:slides"
@@ -100,8 +100,8 @@ def test_trigger_authentication_provider_aws_with_scaler_role(res, upstream_crds
     (ta,) = res.monitor.by_type(TA)
     p = ta.properties
     assert p["metadata"] == {"name": "slides-sqs-auth", "namespace": "gpuburst"}
-    assert p["spec"] == {"podIdentity": {"provider": "aws",
-                                         "roleArn": "arn:aws:iam::123456789012:role/gpuburst/keda-scaler/slides-scaler-role"}}
+    role = "arn:aws:iam::123456789012:role/gpuburst/keda-scaler/slides-scaler-role"
+    assert p["spec"] == {"podIdentity": {"provider": "aws", "roleArn": role}}
     (chart,) = res.monitor.by_type("kubernetes:helm.sh/v4:Chart")
     assert chart.urn in ta.dependencies  # the CRD comes from the chart
     crd = upstream_crds / f"keda-v{catalogue.KEDA_VERSION}-triggerauthentications.yaml"

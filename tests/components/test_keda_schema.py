@@ -8,8 +8,8 @@ import pulumi
 import pytest
 
 from components import catalogue
-from components.keda_schema import CREDENTIAL_METADATA_KEYS, REDACTED, check_keda_manifest, keda_manifest_problems
-from components.validation import ConfigError
+from components.spec.keda_schema import CREDENTIAL_METADATA_KEYS, REDACTED, check_keda_manifest, keda_manifest_problems
+from components.spec.validation import ConfigError
 from tests.components.crd_oracle import crd_schema, load_crd, validate_against_crd
 
 ROLE = "arn:aws:iam::123456789012:role/gpuburst/keda-scaler/slides"

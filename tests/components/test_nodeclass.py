@@ -18,7 +18,7 @@ from components.nodeclass import (
     node_config_user_data,
 )
 from components.offline.mocks import run_under_mocks
-from components.validation import ConfigError
+from components.spec.validation import ConfigError
 from tests.components import crd_oracle
 
 CRD = "karpenter-v1.14.1-ec2nodeclasses.yaml"

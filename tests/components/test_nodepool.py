@@ -11,7 +11,7 @@ from components.device_plugin import device_plugin_values
 from components.nodepool import DEFAULT_GPU_INSTANCE_TYPES, GpuNodePool, GpuNodePoolArgs, gpu_nodepool_manifest
 from components.offline.mocks import UNKNOWN, run_under_mocks
 from components.spec.names import GPU_TOLERATION
-from components.validation import ConfigError
+from components.spec.validation import ConfigError
 from tests.components import crd_oracle
 
 CRD = "karpenter-v1.14.1-nodepools.yaml"
@@ -179,7 +179,8 @@ def test_every_catalogued_type_is_accepted():
 
 
 def test_capacity_types_are_written_as_given_and_on_demand_selector_matches_the_requirement():
-    from components.nodepool import CAPACITY_TYPE_LABEL, ON_DEMAND_NODE_SELECTOR
+    from components.spec.gpu_pool import ON_DEMAND_NODE_SELECTOR
+    from components.spec.names import CAPACITY_TYPE_LABEL
     m = manifest(capacity_types=["spot", "on-demand"])
     req = requirement(m, CAPACITY_TYPE_LABEL)
     assert req["values"] == ["spot", "on-demand"]

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from components import catalogue, planner
-from components.chooser import choose_pattern
+from components import catalogue
+from components import planning as planner
 from components.config import StackConfig, WorkloadConfig, parse_config
 from components.offline.synth import read_stack_config
-from components.planner import (
+from components.planning import (
     Burst,
     parse_burst,
     parse_set,
@@ -28,7 +28,8 @@ from components.planner import (
     simulate,
     stage_durations,
 )
-from components.validation import ConfigError
+from components.planning.chooser import choose_pattern
+from components.spec.validation import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_PULL = 12  # the layered worker image, FastImagePull on the NVMe RAID0 (test_image_layers.py checks the model)
@@ -90,12 +91,13 @@ def test_keda_polls_gate_job_creation():
     assert stage_durations()["poll"] == 30 == catalogue.STAGE_DURATIONS["poll"].seconds
 
 
-def test_the_workloads_polling_interval_is_used_when_it_has_one(dev):
-    w = SimpleNamespace(**dataclasses.asdict(workload(dev, "studies")), polling_interval_s=5)
-    w.facts = workload(dev, "studies").facts
-    plan = plan_workload(dev, w, warm=True, overrides={"poll": 5}).patterns["scaledjob"]
+def test_the_stacks_polling_interval_is_used(dev):
+    # gpuburst:pollingIntervalS is a stack key (every ScaledJob polls at it): the planner must read it from the stack.
+    cfg = dataclasses.replace(dev, polling_interval_s=5)
+    w = workload(cfg, "studies")
+    plan = plan_workload(cfg, w, warm=True, overrides={"poll": 5}).patterns["scaledjob"]
     assert plan.stages["poll"] == 5
-    cold = plan_workload(dev, w).patterns["scaledjob"]
+    cold = plan_workload(cfg, w).patterns["scaledjob"]
     assert cold.stages["poll"] == 5 and cold.time_to_first_result_s == 5 + COLD_NODE + 53
 
 
@@ -278,7 +280,7 @@ def test_a_node_never_holds_more_pods_than_it_has_slots(poll, floor):
 # --------------------------------------------------------------------------------------------------------------------
 
 from components.__main__ import main  # noqa: E402
-from components.planner import Trace, parse_trace, warm_floor_open  # noqa: E402
+from components.planning import Trace, parse_trace, warm_floor_open  # noqa: E402
 
 MON = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)  # a Monday
 
@@ -428,7 +430,7 @@ def test_warm_floor_open_for_the_first_arrival_but_not_the_second(dev):
 def test_warm_floor_open_sweep_agrees_with_the_cron_window_across_dst(dev):
     from zoneinfo import ZoneInfo
 
-    from components.cron import window_active
+    from components.planning.cron import window_active
 
     cfg = _floor_cfg(dev)
     start = datetime(2026, 3, 26, 7, 0, tzinfo=timezone.utc)  # Thu; Europe/London goes to BST on Sun 29 March
@@ -512,7 +514,8 @@ def test_fast_image_pull_and_the_nvme_raid0_shorten_the_cold_start(dev):
                 - on.patterns["consumer"].time_to_first_result_s) == one_stream - IMAGE_PULL
     assert "parallel pull" in on.image_pull and "fastImagePull is off" in off.image_pull
     table = planner.plans_table({"studies": [off]})
-    assert "image pull: worker image ~2.86 GB compressed, largest layer 0.53 GB" in table and "30 s as one stream" in table
+    assert "image pull: worker image ~2.86 GB compressed, largest layer 0.53 GB" in table
+    assert "30 s as one stream" in table
 
 
 def test_nodeadm_ignores_fast_image_pull_on_small_nodes_and_the_planner_knows(dev, monkeypatch):

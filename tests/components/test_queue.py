@@ -10,7 +10,7 @@ import pytest
 from components import queue as q
 from components.offline.mocks import FAKE_ACCOUNT, run_under_mocks
 from components.queue import WorkQueue, WorkQueueArgs
-from components.validation import ConfigError
+from components.spec.validation import ConfigError
 
 EMAILS = ["oncall@example.org"]
 

@@ -167,7 +167,8 @@ def test_image_and_registry(dev):
 
 def test_custom_resources_depend_on_their_crd_chart(dev):
     plan = dev["plan"]
-    charts = {c["urn"]: str(c["properties"]["chart"]).split("/")[-1] for c in of_type(plan, "kubernetes:helm.sh/v4:Chart")}
+    charts = {c["urn"]: str(c["properties"]["chart"]).split("/")[-1]
+              for c in of_type(plan, "kubernetes:helm.sh/v4:Chart")}
     wanted = {"karpenter.sh": "karpenter-crd", "karpenter.k8s.aws": "karpenter-crd", "keda.sh": "keda"}
     for r in plan["resources"]:
         group = r["type"].split(":")[1].split("/")[0]

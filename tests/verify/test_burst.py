@@ -125,7 +125,7 @@ def test_pull_duration_prefers_the_time_including_waiting():
 # --- prediction, budget, verdict -------------------------------------------------------------------------------------
 
 def test_prediction_is_the_planners_for_the_probe_burst(dev_config):
-    from components.planner import Burst, plan_workload
+    from components.planning import Burst, plan_workload
 
     p = burst.predicted(dev_config, "slides", 2)
     plan = plan_workload(dev_config, dev_config.workloads[0], Burst(2)).patterns["scaledjob"]

@@ -1,4 +1,5 @@
-"""A small pure matcher for 5-field cron expressions (minute hour day-of-month month day-of-week), as KEDA's cron scaler takes them."""
+"""A small pure matcher for 5-field cron expressions (minute hour day-of-month month day-of-week), as KEDA's cron
+scaler takes them."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta

@@ -17,7 +17,7 @@ from typing import Any
 
 import pulumi
 
-from .catalogue import (
+from ..catalogue import (
     KEDA_DEPRECATED_PROVIDERS,
     KEDA_IDENTITY_OWNERS,
     KEDA_ROLLOUT_STRATEGIES,

@@ -1,0 +1,131 @@
+"""The worker pod's settings (WorkerPodSettings: requests, scratch, visibility, grace) and their checks, as plain data:
+the components build the pod from them, the planner reads their defaults."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .validation import ConfigError, Rule, is_int_between, validate
+
+if TYPE_CHECKING:
+    import pulumi
+
+DEFAULT_CPU_CORES = 4.0
+"""The worker pod's CPU request and limit, cores, unless WorkerPodSettings says otherwise."""
+DEFAULT_MEMORY_GIB = 24
+"""The worker pod's memory request and limit, GiB, unless WorkerPodSettings says otherwise."""
+DEFAULT_GPUS = 1
+"""GPUs per worker pod unless WorkerPodSettings says otherwise."""
+
+SCRATCH_PATH = "/scratch"
+"""Where downloaded slides and local results live (an emptyDir; the root filesystem is read-only)."""
+
+TMP_PATH = "/tmp"
+"""Writable /tmp (an emptyDir) for Python, torch and tifffile temporary files."""
+
+DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
+"""Pod annotation: Karpenter must not consolidate or drift a node away while a slide is being processed."""
+
+_DIGEST_REF = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+
+
+def image_digest_problem(image: str) -> str | None:
+    """Why `image` is not an image reference pinned by digest (`repo@sha256:<64 hex>`), or None."""
+    if not isinstance(image, str) or not _DIGEST_REF.match(image):
+        return ("an image reference pinned by digest, 'REGISTRY/REPO@sha256:<64 hex>' (a tag can be moved to "
+                "different bytes; a digest cannot)")
+    return None
+
+
+def checked_image(image: str) -> str:
+    """`image` when it is pinned by digest, else ConfigError naming WorkerPodSettings.image."""
+    problem = image_digest_problem(image)
+    if problem:
+        raise ConfigError("WorkerPodSettings.image", image, problem)
+    return image
+
+
+@dataclass
+class WorkerPodSettings:
+    """The worker container and its pod, shared by GpuScaledJob and GpuConsumer."""
+
+    image: pulumi.Input[str]
+    """Worker image pinned by digest (`...@sha256:<64 hex>`), usually the image build's `ref` Output. Required."""
+    cpu_cores: float = DEFAULT_CPU_CORES
+    """CPU request and limit, cores (equal, for the Guaranteed QoS class: evicted last). Default 4."""
+    memory_gib: int = DEFAULT_MEMORY_GIB
+    """Memory request and limit, GiB (equal, Guaranteed QoS). Default 24."""
+    gpus: int = DEFAULT_GPUS
+    """`nvidia.com/gpu` per pod (a whole GPU; extended resources have no overcommit). Default 1."""
+    scratch_gib: int = 50
+    """Size limit of the /scratch emptyDir, GiB: one whole-slide image plus its outputs. Default 50."""
+    tmp_gib: int = 2
+    """Size limit of the /tmp emptyDir, GiB. Default 2."""
+    visibility_timeout_s: int = 600
+    """The work queue's visibility timeout, seconds (env VISIBILITY_TIMEOUT). Default 600 (the worker's default)."""
+    visibility_extension_interval_s: int | None = None
+    """Seconds between the worker's visibility renewals (env VISIBILITY_EXTENSION_INTERVAL); must be below the
+    visibility timeout. Default None = a third of it, so two renewals can fail before the message reappears."""
+    grace_period_s: int = 120
+    """Seconds the worker may finish the slide in progress after SIGTERM (env GRACE_PERIOD). Default 120."""
+    termination_grace_period_s: int = 150
+    """Pod terminationGracePeriodSeconds: at least grace_period_s + 10, so the worker can release the message
+    and exit before SIGKILL. Default 150."""
+    region: str = "us-east-1"
+    """AWS region for the SDK (env AWS_REGION; Pod Identity does not set it). Default us-east-1."""
+    env: dict[str, pulumi.Input[str]] = field(default_factory=dict)
+    """More environment variables for the worker (e.g. MODEL_PATH). Default none; may not override the ones this
+    module sets."""
+    priority_class_name: str | None = None
+    """Pod priorityClassName (the platform sets the workloads' class when a warm GPU floor is configured, so a real
+    job preempts a placeholder). Default None (no class: priority 0)."""
+
+    @property
+    def extension_interval_s(self) -> int:
+        """The effective visibility renewal interval, seconds."""
+        if self.visibility_extension_interval_s is not None:
+            return self.visibility_extension_interval_s
+        return max(1, self.visibility_timeout_s // 3)
+
+
+_RESERVED_ENV = ("QUEUE_URL", "VISIBILITY_TIMEOUT", "VISIBILITY_EXTENSION_INTERVAL", "GRACE_PERIOD", "SCRATCH_DIR",
+                 "TMPDIR", "HOME", "XDG_CACHE_HOME", "AWS_REGION", "DEVICE")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_SETTINGS_RULES = [
+    Rule("cpu_cores", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 192,
+         "cores, > 0 and <= 192"),
+    Rule("memory_gib", is_int_between(1, 2048), "an int of GiB, 1-2048"),
+    Rule("gpus", is_int_between(1, 8), "an int of whole GPUs, 1-8"),
+    Rule("scratch_gib", is_int_between(1, 2048), "an int of GiB, 1-2048"),
+    Rule("tmp_gib", is_int_between(1, 64), "an int of GiB, 1-64"),
+    Rule("visibility_timeout_s", is_int_between(1, 43200), "seconds, 1-43200 (the SQS maximum)"),
+    Rule("grace_period_s", is_int_between(0, 3600), "seconds, 0-3600"),
+    Rule("region", lambda v: isinstance(v, str) and re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", v) is not None,
+         "an AWS region name such as 'us-east-1'"),
+]
+
+
+def check_settings(s: WorkerPodSettings) -> None:
+    """Raise ConfigError (one line: field, value, what is allowed) when the settings cannot work."""
+    validate({r.field: getattr(s, r.field) for r in _SETTINGS_RULES}, _SETTINGS_RULES, prefix="WorkerPodSettings.")
+    if isinstance(s.image, str):
+        checked_image(s.image)
+    interval = s.extension_interval_s
+    if not (isinstance(interval, int) and 0 < interval < s.visibility_timeout_s):
+        raise ConfigError("WorkerPodSettings.visibility_extension_interval_s", interval,
+                          f"seconds > 0 and < visibility_timeout_s={s.visibility_timeout_s} (a renewal must land "
+                          "before the message reappears)")
+    if not (isinstance(s.termination_grace_period_s, int) and
+            s.termination_grace_period_s >= s.grace_period_s + 10):
+        raise ConfigError("WorkerPodSettings.termination_grace_period_s", s.termination_grace_period_s,
+                          f">= grace_period_s + 10 = {s.grace_period_s + 10} (the worker needs its grace period plus "
+                          "time to release the message before the kubelet's SIGKILL)")
+    for name in s.env:
+        if not _ENV_NAME.match(name):
+            raise ConfigError(f"WorkerPodSettings.env[{name!r}]", name,
+                              "an environment variable name [A-Za-z_][A-Za-z0-9_]*")
+        if name in _RESERVED_ENV:
+            raise ConfigError(f"WorkerPodSettings.env[{name!r}]", name,
+                              f"a name other than {', '.join(_RESERVED_ENV)} (set by the component)")

@@ -1,0 +1,75 @@
+"""What is known about one workload's work (its facts), the rule that rules out parallel jobs, and the annotations
+that carry the facts onto the workload's objects: the leaf the chooser, the config and the components share."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .validation import Rule, validate
+
+PATTERNS = ("scaledjob", "consumer")
+"""The two deployment patterns: a KEDA ScaledJob, or one persistent consumer Deployment."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadFacts:
+    """What is known about one queue's work; every behavioural fact must be stated (no defaults that guess)."""
+
+    items_independent: bool
+    """True when any item can be processed without any other item (no cross-item reads). Required."""
+    state_across_messages: bool
+    """True when processing a message needs state left by earlier messages (e.g. per-study running totals held in
+    the worker's memory). Required."""
+    ordered: bool
+    """True when items must be processed in order (e.g. per-study sequence on a FIFO queue). Required."""
+    model_load_s: float
+    """Seconds from process start to a loaded model on the GPU (image pull excluded). Required, >= 0."""
+    seconds_per_item: float
+    """GPU seconds to process one item once the model is loaded. Required, > 0."""
+    burst_items: int
+    """Items arriving in one burst. Required, >= 1."""
+    max_replicas: int = 8
+    """How many jobs may run at once (the ScaledJob's maxReplicaCount, i.e. GPUs available). Default 8, >= 1."""
+
+
+_FACT_RULES = [
+    Rule("model_load_s", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
+         "a number of seconds >= 0"),
+    Rule("seconds_per_item", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+         "a number of seconds > 0"),
+    Rule("burst_items", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
+    Rule("max_replicas", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
+    Rule("items_independent", lambda v: isinstance(v, bool), "True or False"),
+    Rule("state_across_messages", lambda v: isinstance(v, bool), "True or False"),
+    Rule("ordered", lambda v: isinstance(v, bool), "True or False"),
+]
+
+
+def check_facts(facts: WorkloadFacts) -> None:
+    """Raise ConfigError (one line naming the fact and its value) when a fact is not valid."""
+    validate({name: getattr(facts, name) for name in (r.field for r in _FACT_RULES)}, _FACT_RULES,
+             prefix="WorkloadFacts.")
+
+
+def parallel_blocker(facts: WorkloadFacts) -> tuple[str, str] | None:
+    """(fact name, why) of the first fact that rules out parallel jobs, or None when items may run in parallel."""
+    if facts.ordered:
+        return ("ordered", "parallel jobs finish in any order; ordered work needs the single consumer")
+    if facts.state_across_messages:
+        return ("state_across_messages", "each job starts with empty memory; state carried from message to message "
+                                         "needs the single consumer")
+    if not facts.items_independent:
+        return ("items_independent", "items that depend on each other cannot be split across jobs; they need the "
+                                     "single consumer")
+    return None
+
+
+ORDERED_ANNOTATION = "gpuburst.io/ordered"
+"""Annotation carrying WorkloadFacts.ordered on the rendered ScaledJob/Deployment (read by the policy pack)."""
+STATEFUL_ANNOTATION = "gpuburst.io/stateful"
+"""Annotation carrying WorkloadFacts.state_across_messages on the rendered ScaledJob/Deployment."""
+
+
+def fact_annotations(facts: WorkloadFacts) -> dict[str, str]:
+    """The workload's declared facts as annotations, so a policy can judge the rendered object during preview."""
+    return {ORDERED_ANNOTATION: str(facts.ordered).lower(),
+            STATEFUL_ANNOTATION: str(facts.state_across_messages).lower()}
