@@ -90,7 +90,7 @@ def _plan_burst(argv: list[str]) -> int:
     import textwrap
 
     from .config import parse_config
-    from .offline.synth import SynthError, read_stack_config
+    from .config.files import StackFileError, read_stack_config
     from .planning import (
         STAGES,
         Trace,
@@ -145,7 +145,7 @@ def _plan_burst(argv: list[str]) -> int:
         config = parse_config(read_stack_config(args.stack, stack_file=args.stack_file), stack=args.stack)
         plans = plan_stack(config, workload=args.workload, bursts=bursts, warm=args.warm, overrides=overrides,
                            trace=trace)
-    except (SynthError, ConfigError) as e:
+    except (StackFileError, ConfigError) as e:
         print(f"plan-burst: {e}", file=sys.stderr)
         return 2
     if args.out is not None:

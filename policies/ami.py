@@ -9,12 +9,11 @@ instances and the standard one elsewhere.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import Any
 
-from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
-
-from .resources import EC2NODECLASS, dig, enumerate_at, fmt, is_kind
-from .unknowns import UNKNOWN, guard, plain, unknown_message
+from .declare import resource_policy
+from .resources import EC2NODECLASS, dig, enumerate_at, fmt
+from .unknowns import UNKNOWN, unknown_message
 
 NAME = "ec2nodeclass-al2023-ami"
 ALIAS = re.compile(r"^al2023@(latest|v\d{8})$")
@@ -63,18 +62,9 @@ def problems(props: Any) -> list[str]:
     return out
 
 
-def _check(args: ResourceValidationArgs) -> Iterable[str]:
-    if not is_kind(args.resource_type, EC2NODECLASS):
-        return []
-    return problems(plain(args.props))
-
-
-POLICY = ResourceValidationPolicy(
-    name=NAME,
-    description="A Karpenter EC2NodeClass must select exactly one AMI alias term al2023@latest or al2023@vYYYYMMDD "
-                "(no AL2, Bottlerocket, Windows, raw AMI ids or name/tag selectors).",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard(_check),
-)
+POLICY = resource_policy(
+    NAME, "A Karpenter EC2NodeClass must select exactly one AMI alias term al2023@latest or al2023@vYYYYMMDD (no AL2, "
+          "Bottlerocket, Windows, raw AMI ids or name/tag selectors).",
+    (EC2NODECLASS,), lambda r: problems(r.props))
 
 POLICIES = [POLICY]

@@ -10,7 +10,6 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 USAGE = """usage: python -m policies check PLAN.json [--config CONFIG.json]
 
@@ -28,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """`argv` starts with `check` (or a help flag), as dispatched by policies/__main__.py."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help") or argv[1:2] in (["-h"], ["--help"]):

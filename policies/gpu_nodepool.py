@@ -14,31 +14,48 @@ burst cannot buy unbounded GPUs. A KEDA ScaledJob must set `spec.maxReplicaCount
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any
 
-from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
+from components.spec import names
+from components.spec.names import GPU_RESOURCE, GPU_TAINT
 
-from .resources import NODEPOOL, SCALED_JOB, as_int, as_number, dig, fmt, is_kind, join_path
-from .selection import CATEGORY_KEY, FAMILY_KEY, INSTANCE_TYPE_KEYS, normalise, split_type
-from .unknowns import UNKNOWN, guard, plain, unknown_message
+from .declare import resource_policy
+from .resources import (
+    NODEPOOL,
+    NODEPOOL_LABELS,
+    NODEPOOL_LIMITS,
+    NODEPOOL_REQUIREMENTS,
+    NODEPOOL_TAINTS,
+    SCALED_JOB,
+    as_int,
+    as_number,
+    dig,
+    fmt,
+    join_path,
+)
+from .selection import (
+    CATEGORY_KEY,
+    FAMILY_KEY,
+    GPU_COUNT_KEY,
+    GPU_MANUFACTURER_KEY,
+    GPU_MEMORY_KEY,
+    GPU_NAME_KEY,
+    INSTANCE_TYPE_KEYS,
+    normalise,
+    split_type,
+)
+from .unknowns import UNKNOWN, unknown_message
 
 NAME = "gpu-nodepool-isolation"
 MAX_REPLICAS_NAME = "scaledjob-max-replicas"
 
-GPU_RESOURCE = "nvidia.com/gpu"
-"""The NVIDIA device plugin's extended resource; also the taint key and the limits key."""
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-"""Node label a GPU pool must set to "true" (what GPU pods select on)."""
-GPU_TAINT_EFFECT = "NoSchedule"
+GPU_PRESENT_LABEL, GPU_PRESENT_VALUE = names.GPU_PRESENT_LABEL
+"""Node label a GPU pool must set, and its value (the string "true"; what GPU pods select on)."""
+GPU_TAINT_KEY, GPU_TAINT_EFFECT = GPU_TAINT["key"], GPU_TAINT["effect"]
+"""The taint every GPU node carries (its key is GPU_RESOURCE)."""
 GPU_FAMILY_INITIALS = ("g", "p")
 """First letter of every EC2 NVIDIA GPU family (and the GPU instance categories)."""
-GPU_LABEL_KEYS = ("karpenter.k8s.aws/instance-gpu-count", "karpenter.k8s.aws/instance-gpu-manufacturer",
-                  "karpenter.k8s.aws/instance-gpu-name", "karpenter.k8s.aws/instance-gpu-memory")
-
-REQUIREMENTS = ("spec", "template", "spec", "requirements")
-TEMPLATE_LABELS = ("spec", "template", "metadata", "labels")
-TAINTS = ("spec", "template", "spec", "taints")
-LIMITS = ("spec", "limits")
+GPU_LABEL_KEYS = (GPU_COUNT_KEY, GPU_MANUFACTURER_KEY, GPU_NAME_KEY, GPU_MEMORY_KEY)
 
 
 def _is_gpu_family(family: str) -> bool:
@@ -60,7 +77,7 @@ def gpu_evidence(props: Any) -> tuple[list[str], list[str]]:
     """(reasons this NodePool is a GPU pool, paths of unknown values that could make it one)."""
     reasons: list[str] = []
     unknown: list[str] = []
-    reqs = dig(props, *REQUIREMENTS)
+    reqs = dig(props, *NODEPOOL_REQUIREMENTS)
     if reqs.unknown:
         unknown.append(reqs.path)
     elif isinstance(reqs.value, list):
@@ -82,7 +99,7 @@ def gpu_evidence(props: Any) -> tuple[list[str], list[str]]:
                 reasons.append(f"{ipath} ({key} {op})")
             elif op == "In" and any(_value_is_gpu(key, v) for v in vals):
                 reasons.append(f"{ipath} ({key} In {fmt(vals)})")
-    labels = dig(props, *TEMPLATE_LABELS)
+    labels = dig(props, *NODEPOOL_LABELS)
     if labels.unknown:
         unknown.append(labels.path)
     elif isinstance(labels.value, dict):
@@ -91,46 +108,47 @@ def gpu_evidence(props: Any) -> tuple[list[str], list[str]]:
                 reasons.append(f"{join_path(labels.path, key)} label")
             elif value is not UNKNOWN and isinstance(value, str) and _value_is_gpu(key, normalise(value)):
                 reasons.append(f"{join_path(labels.path, key)} = {fmt(value)}")
-    taints = dig(props, *TAINTS)
-    if isinstance(taints.value, list) and any(isinstance(t, dict) and t.get("key") == GPU_RESOURCE
+    taints = dig(props, *NODEPOOL_TAINTS)
+    if isinstance(taints.value, list) and any(isinstance(t, dict) and t.get("key") == GPU_TAINT_KEY
                                               for t in taints.value):
-        reasons.append(f"{taints.path} has an {GPU_RESOURCE} taint")
-    limits = dig(props, *LIMITS)
+        reasons.append(f"{taints.path} has an {GPU_TAINT_KEY} taint")
+    limits = dig(props, *NODEPOOL_LIMITS)
     if isinstance(limits.value, dict) and GPU_RESOURCE in limits.value:
         reasons.append(f"{limits.path} limits {GPU_RESOURCE}")
     return reasons, unknown
 
 
-def _label_problem(props: Any) -> Optional[str]:
-    found = dig(props, *TEMPLATE_LABELS, GPU_PRESENT_LABEL)
+def _label_problem(props: Any) -> str | None:
+    found = dig(props, *NODEPOOL_LABELS, GPU_PRESENT_LABEL)
     if found.unknown:
         return unknown_message(found.path, f"the {GPU_PRESENT_LABEL} label")
-    if found.value == "true":
+    if found.value == GPU_PRESENT_VALUE:
         return None
     got = "is missing" if found.missing else f"is {fmt(found.value)}"
-    return (f"{found.path} {got}: a GPU NodePool must label its nodes {GPU_PRESENT_LABEL}: \"true\" (the string) "
-            "in spec.template.metadata.labels, so pods selecting on it can be scheduled before the node exists")
+    return (f"{found.path} {got}: a GPU NodePool must label its nodes {GPU_PRESENT_LABEL}: \"{GPU_PRESENT_VALUE}\" "
+            "(the string) in spec.template.metadata.labels, so pods selecting on it can be scheduled before the node "
+            "exists")
 
 
-def _taint_problem(props: Any) -> Optional[str]:
-    taints = dig(props, *TAINTS)
+def _taint_problem(props: Any) -> str | None:
+    taints = dig(props, *NODEPOOL_TAINTS)
     if taints.unknown:
-        return unknown_message(taints.path, f"the {GPU_RESOURCE} taint")
+        return unknown_message(taints.path, f"the {GPU_TAINT_KEY} taint")
     items = taints.value if isinstance(taints.value, list) else []
-    if any(isinstance(t, dict) and t.get("key") == GPU_RESOURCE and t.get("effect") == GPU_TAINT_EFFECT
+    if any(isinstance(t, dict) and t.get("key") == GPU_TAINT_KEY and t.get("effect") == GPU_TAINT_EFFECT
            for t in items):
         return None
     unknown_items = [join_path(taints.path, i) for i, t in enumerate(items)
                      if t is UNKNOWN or (isinstance(t, dict) and UNKNOWN in (t.get("key"), t.get("effect")))]
     if unknown_items:
-        return unknown_message(unknown_items[0], f"the {GPU_RESOURCE} taint")
+        return unknown_message(unknown_items[0], f"the {GPU_TAINT_KEY} taint")
     got = "is missing" if taints.missing else f"is {fmt(taints.value)}"
-    return (f"{taints.path} {got}: a GPU NodePool must taint its nodes {{key: {GPU_RESOURCE}, effect: "
+    return (f"{taints.path} {got}: a GPU NodePool must taint its nodes {{key: {GPU_TAINT_KEY}, effect: "
             f"{GPU_TAINT_EFFECT}}} so only pods that tolerate it (GPU pods) land on GPU nodes")
 
 
-def _limit_problem(props: Any) -> Optional[str]:
-    found = dig(props, *LIMITS, GPU_RESOURCE)
+def _limit_problem(props: Any) -> str | None:
+    found = dig(props, *NODEPOOL_LIMITS, GPU_RESOURCE)
     if found.unknown:
         return unknown_message(found.path, f"the {GPU_RESOURCE} limit")
     n = as_number(found.value)
@@ -163,31 +181,13 @@ def max_replicas_problems(props: Any) -> list[str]:
             "run at once"]
 
 
-def _check(args: ResourceValidationArgs) -> Iterable[str]:
-    if not is_kind(args.resource_type, NODEPOOL):
-        return []
-    return problems(plain(args.props))
+POLICY = resource_policy(
+    NAME, f"A GPU NodePool must label its nodes {GPU_PRESENT_LABEL}: \"{GPU_PRESENT_VALUE}\", taint them "
+          f"{GPU_TAINT_KEY}:{GPU_TAINT_EFFECT} and cap spec.limits[\"{GPU_RESOURCE}\"].",
+    (NODEPOOL,), lambda r: problems(r.props))
 
-
-def _check_max_replicas(args: ResourceValidationArgs) -> Iterable[str]:
-    if not is_kind(args.resource_type, SCALED_JOB):
-        return []
-    return max_replicas_problems(plain(args.props))
-
-
-POLICY = ResourceValidationPolicy(
-    name=NAME,
-    description=f"A GPU NodePool must label its nodes {GPU_PRESENT_LABEL}: \"true\", taint them {GPU_RESOURCE}:"
-                f"{GPU_TAINT_EFFECT} and cap spec.limits[\"{GPU_RESOURCE}\"].",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard(_check),
-)
-
-MAX_REPLICAS_POLICY = ResourceValidationPolicy(
-    name=MAX_REPLICAS_NAME,
-    description="A KEDA ScaledJob must set spec.maxReplicaCount (KEDA's default allows 100 parallel GPU Jobs).",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard(_check_max_replicas),
-)
+MAX_REPLICAS_POLICY = resource_policy(
+    MAX_REPLICAS_NAME, "A KEDA ScaledJob must set spec.maxReplicaCount (KEDA's default allows 100 parallel GPU Jobs).",
+    (SCALED_JOB,), lambda r: max_replicas_problems(r.props))
 
 POLICIES = [POLICY, MAX_REPLICAS_POLICY]

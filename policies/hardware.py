@@ -3,13 +3,15 @@ and the AMI's NVIDIA driver is new enough for its CUDA."""
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Optional
+from typing import Any
 
 from components import catalogue
 
+from .declare import plan_policy
 from .gpu_nodepool import gpu_evidence
-from .resources import dig
-from .schedulability import Res, meta_name, nodeclass_index, nodepool_shapes, plan_policy
+from .plan import Res, meta_name
+from .resources import NODEPOOL_NODECLASS, dig
+from .shapes import nodeclass_index, nodepool_shapes
 from .unknowns import UNKNOWN, unknown_message
 
 NAME = "worker-image-gpu-support"
@@ -32,7 +34,7 @@ def worker_images(resources: list[Res]) -> list[Res]:
     return out
 
 
-def _driver_major(version: Any) -> Optional[int]:
+def _driver_major(version: Any) -> int | None:
     try:
         return int(str(version).strip().split(".")[0])
     except ValueError:
@@ -43,8 +45,8 @@ def _cc(cc: tuple[int, int]) -> str:
     return f"sm_{cc[0]}{cc[1]}"
 
 
-def hardware_findings(resources: list[Res], facts: Optional[dict] = None, torch_cuda: Optional[dict] = None,
-                      driver: Optional[str] = None) -> list[tuple[str, str]]:
+def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cuda: dict | None = None,
+                      driver: str | None = None) -> list[tuple[str, str]]:
     """(urn, message) for every GPU the worker image's torch build cannot use on a GPU NodePool, and every GPU
     NodePool whose AMI's driver is older than that build's CUDA needs. Facts default to the catalogue."""
     images = worker_images(resources)
@@ -78,7 +80,7 @@ def hardware_findings(resources: list[Res], facts: Optional[dict] = None, torch_
                                            f"({t.gpu_name}, {_cc(t.compute_capability)}) admitted by {shape.what}: "
                                            f"that build needs compute capability >= {min_cc[0]}.{min_cc[1]} "
                                            f"({_cc(min_cc)}); remove {t.family} from the pool (sources: {sources})"))
-        nc_name = dig(shape.res.props, "spec", "template", "spec", "nodeClassRef", "name").value
+        nc_name = dig(shape.res.props, *NODEPOOL_NODECLASS).value
         nodeclass = nodeclasses.get(nc_name) if isinstance(nc_name, str) else None
         if nodeclass is None:
             continue

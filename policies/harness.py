@@ -25,7 +25,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
@@ -122,7 +122,7 @@ def load_plan(path: Path) -> dict:
     return normalise_plan(_read_json(path, "plan"), f"plan {str(path)!r}")
 
 
-def parse_config(doc: Any, where: str = "config") -> dict[str, tuple[Optional[str], dict]]:
+def parse_config(doc: Any, where: str = "config") -> dict[str, tuple[str | None, dict]]:
     """A `--policy-pack-config` document -> {policy or "all": (level or None, properties)}.
 
     Values are a level string (`"advisory"`) or an object with an optional `enforcementLevel` and properties.
@@ -132,7 +132,7 @@ def parse_config(doc: Any, where: str = "config") -> dict[str, tuple[Optional[st
     if not isinstance(doc, dict):
         raise InputError(f"{where}: expected an object mapping policy names to a level or an object, "
                          f"got {type(doc).__name__}")
-    out: dict[str, tuple[Optional[str], dict]] = {}
+    out: dict[str, tuple[str | None, dict]] = {}
     for name, value in doc.items():
         if isinstance(value, str):
             level, props = value, {}
@@ -149,7 +149,7 @@ def parse_config(doc: Any, where: str = "config") -> dict[str, tuple[Optional[st
     return out
 
 
-def load_config(path: Path) -> dict[str, tuple[Optional[str], dict]]:
+def load_config(path: Path) -> dict[str, tuple[str | None, dict]]:
     """Read a `--policy-pack-config`-shaped JSON file (an empty file means no config, as for the CLI)."""
     try:
         if Path(path).is_file() and not Path(path).read_text(encoding="utf-8").strip():
@@ -182,7 +182,7 @@ def to_struct(props: dict) -> struct_pb2.Struct:
 
 
 def reconcile_config(info: analyzer_pb2.AnalyzerInfo,
-                     given: dict[str, tuple[Optional[str], dict]]) -> dict[str, analyzer_pb2.PolicyConfig]:
+                     given: dict[str, tuple[str | None, dict]]) -> dict[str, analyzer_pb2.PolicyConfig]:
     """The engine's ReconcilePolicyPackConfig: policy defaults, then the pack's initialConfig, then `given`."""
     known = {p.name for p in info.policies}
     unknown = sorted(set(given) - known - {"all"})
@@ -290,9 +290,9 @@ def pack_command() -> list[str]:
 class Pack:
     """A running policy pack subprocess and a gRPC stub to it; use as a context manager (always stopped)."""
 
-    def __init__(self, command: Optional[list[str]] = None, cwd: Path = REPO_ROOT,
+    def __init__(self, command: list[str] | None = None, cwd: Path = REPO_ROOT,
                  start_timeout_s: float = START_TIMEOUT_S, rpc_timeout_s: float = RPC_TIMEOUT_S,
-                 stop_timeout_s: float = STOP_TIMEOUT_S, env: Optional[dict[str, str]] = None) -> None:
+                 stop_timeout_s: float = STOP_TIMEOUT_S, env: dict[str, str] | None = None) -> None:
         """`env`: the subprocess's whole environment; default: this one with the repository root on PYTHONPATH."""
         self.command = command or pack_command()
         self.env = env
@@ -300,17 +300,17 @@ class Pack:
         self.start_timeout_s = start_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self.pid: Optional[int] = None
-        self._reader: Optional[threading.Thread] = None
-        self.port: Optional[int] = None
-        self._proc: Optional[subprocess.Popen] = None
+        self.pid: int | None = None
+        self._reader: threading.Thread | None = None
+        self.port: int | None = None
+        self._proc: subprocess.Popen | None = None
         self._stderr = None
-        self._channel: Optional[grpc.Channel] = None
-        self.stub: Optional[analyzer_pb2_grpc.AnalyzerStub] = None
+        self._channel: grpc.Channel | None = None
+        self.stub: analyzer_pb2_grpc.AnalyzerStub | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
-    def __enter__(self) -> "Pack":
+    def __enter__(self) -> Pack:
         try:
             self.start()
         except BaseException:
@@ -346,7 +346,7 @@ class Pack:
         except OSError as e:
             raise PackError(f"cannot start the policy pack ({' '.join(self.command)}): {e}") from None
         self.pid = self._proc.pid
-        first_line: "queue.Queue[bytes]" = queue.Queue()
+        first_line: queue.Queue[bytes] = queue.Queue()
 
         def read_stdout(stream) -> None:
             # The first line is the port; keep draining afterwards so a chatty pack can never block on a full pipe.
@@ -432,7 +432,7 @@ class Pack:
         """GetAnalyzerInfo."""
         return self._call("GetAnalyzerInfo", empty_pb2.Empty())
 
-    def analyze(self, plan: dict, config: Optional[dict[str, tuple[Optional[str], dict]]] = None) -> Report:
+    def analyze(self, plan: dict, config: dict[str, tuple[str | None, dict]] | None = None) -> Report:
         """Run a normalised plan through the pack as the engine would (see the module docstring)."""
         try:
             self._call("Handshake", analyzer_pb2.AnalyzerHandshakeRequest(
@@ -462,7 +462,7 @@ class Pack:
         return report
 
 
-def check(plan: dict, config: Optional[dict[str, tuple[Optional[str], dict]]] = None, **pack_args: Any) -> Report:
+def check(plan: dict, config: dict[str, tuple[str | None, dict]] | None = None, **pack_args: Any) -> Report:
     """Start the pack, run one normalised plan through it, stop the pack (on every path)."""
     with Pack(**pack_args) as pack:
         return pack.analyze(plan, config)

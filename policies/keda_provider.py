@@ -8,16 +8,26 @@ TriggerAuthentication's `podIdentity` decides), so it only misleads the reader.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any
 
-from pulumi_policy import (EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy, StackValidationArgs,
-                           StackValidationPolicy)
+from pulumi_policy import EnforcementLevel
 
 from components import catalogue
 
-from .resources import (CLUSTER_TRIGGER_AUTHENTICATION, SCALED_JOB, SCALED_OBJECT, SQS_TRIGGER_TYPE,
-                        TRIGGER_AUTHENTICATION, dig, fmt, is_kind, triggers)
-from .unknowns import UNKNOWN, guard, guard_stack, plain, unknown_message
+from .declare import plan_policy, resource_policy
+from .plan import Res
+from .resources import (
+    CLUSTER_TRIGGER_AUTHENTICATION,
+    SCALED_JOB,
+    SCALED_OBJECT,
+    SQS_TRIGGER_TYPE,
+    TRIGGER_AUTHENTICATION,
+    dig,
+    fmt,
+    is_kind,
+    triggers,
+)
+from .unknowns import UNKNOWN, unknown_message
 
 NAME = "keda-pod-identity-provider"
 IDENTITY_OWNER_NAME = "keda-sqs-identity-owner"
@@ -48,41 +58,34 @@ def problems(props: Any, keda_version: str = catalogue.KEDA_VERSION) -> list[str
     return [f"{provider.path} = {fmt(provider.value)}: {problem}{advice}"]
 
 
-def _check(args: ResourceValidationArgs) -> Iterable[str]:
-    if not (is_kind(args.resource_type, TRIGGER_AUTHENTICATION)
-            or is_kind(args.resource_type, CLUSTER_TRIGGER_AUTHENTICATION)):
-        return []
-    return problems(plain(args.props))
-
-
-def _auth_index(resources: list[tuple[str, str, Any]]) -> dict[tuple[str, str], list[tuple[Optional[str], Any]]]:
+def _auth_index(resources: list[Res]) -> dict[tuple[str, str], list[tuple[str | None, Any]]]:
     """(kind, metadata.name) -> [(namespace, provider)] for every (Cluster)TriggerAuthentication in the stack."""
-    index: dict[tuple[str, str], list[tuple[Optional[str], Any]]] = {}
-    for rtype, _urn, props in resources:
+    index: dict[tuple[str, str], list[tuple[str | None, Any]]] = {}
+    for r in resources:
         for kind in (TRIGGER_AUTHENTICATION, CLUSTER_TRIGGER_AUTHENTICATION):
-            if is_kind(rtype, kind):
-                name = dig(props, "metadata", "name").value
+            if is_kind(r.type, kind):
+                name = dig(r.props, "metadata", "name").value
                 if isinstance(name, str):
-                    ns = dig(props, "metadata", "namespace").value
-                    provider = dig(props, "spec", "podIdentity", "provider").value
+                    ns = dig(r.props, "metadata", "namespace").value
+                    provider = dig(r.props, "spec", "podIdentity", "provider").value
                     index.setdefault((kind[1], name), []).append((ns if isinstance(ns, str) else None, provider))
     return index
 
 
-def identity_owner_findings(resources: list[tuple[str, str, Any]]) -> list[tuple[str, str]]:
+def identity_owner_findings(resources: list[Res]) -> list[tuple[str, str]]:
     """(urn, message) for every aws-sqs-queue trigger whose metadata.identityOwner is ignored under provider aws.
 
-    `resources` is [(type, urn, plain props)]. The trigger's authenticationRef is resolved against the stack's
-    TriggerAuthentications by kind, name (and namespace when both are known); when it cannot be resolved the advice
-    is still given, since provider `aws` is the only provider this stack accepts.
+    The trigger's authenticationRef is resolved against the stack's TriggerAuthentications by kind, name (and
+    namespace when both are known); when it cannot be resolved the advice is still given, since provider `aws` is the
+    only provider this stack accepts.
     """
     index = _auth_index(resources)
     out: list[tuple[str, str]] = []
-    for rtype, urn, props in resources:
-        if not (is_kind(rtype, SCALED_JOB) or is_kind(rtype, SCALED_OBJECT)):
+    for r in resources:
+        if not (is_kind(r.type, SCALED_JOB) or is_kind(r.type, SCALED_OBJECT)):
             continue
-        namespace = dig(props, "metadata", "namespace").value
-        found, _unknown = triggers(props)
+        namespace = dig(r.props, "metadata", "namespace").value
+        found, _unknown = triggers(r.props)
         for path, trig in found:
             if trig.get("type") != SQS_TRIGGER_TYPE:
                 continue
@@ -102,31 +105,21 @@ def identity_owner_findings(resources: list[tuple[str, str, Any]]) -> list[tuple
                 continue  # resolved to another provider: identityOwner means something there
             where = (f"{kind} {name!r} uses provider 'aws'" if providers and "aws" in providers
                      else "under provider 'aws'")
-            out.append((urn, f"{owner.path} = {fmt(owner.value)} is ignored: {where} the TriggerAuthentication's "
-                             f"podIdentity decides whose identity is used; remove it from the trigger metadata and "
-                             f"set podIdentity.roleArn (or identityOwner "
-                             f"{' | '.join(repr(o) for o in catalogue.KEDA_IDENTITY_OWNERS)}) on the "
-                             f"TriggerAuthentication"))
+            out.append((r.urn, f"{owner.path} = {fmt(owner.value)} is ignored: {where} the TriggerAuthentication's "
+                               f"podIdentity decides whose identity is used; remove it from the trigger metadata and "
+                               f"set podIdentity.roleArn (or identityOwner "
+                               f"{' | '.join(repr(o) for o in catalogue.KEDA_IDENTITY_OWNERS)}) on the "
+                               f"TriggerAuthentication"))
     return out
 
 
-def _check_identity_owner(args: StackValidationArgs) -> Iterable[tuple[Optional[str], str]]:
-    return identity_owner_findings([(r.resource_type, r.urn, plain(r.props)) for r in args.resources])
+POLICY = resource_policy(
+    NAME, "A KEDA (Cluster)TriggerAuthentication must use a podIdentity.provider that the pinned KEDA accepts and "
+          "that is not deprecated (never aws-eks).",
+    (TRIGGER_AUTHENTICATION, CLUSTER_TRIGGER_AUTHENTICATION), lambda r: problems(r.props))
 
-
-POLICY = ResourceValidationPolicy(
-    name=NAME,
-    description="A KEDA (Cluster)TriggerAuthentication must use a podIdentity.provider that the pinned KEDA accepts "
-                "and that is not deprecated (never aws-eks).",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard(_check),
-)
-
-IDENTITY_OWNER_POLICY = StackValidationPolicy(
-    name=IDENTITY_OWNER_NAME,
-    description="identityOwner in an aws-sqs-queue trigger's metadata is ignored under podIdentity provider 'aws'.",
-    enforcement_level=EnforcementLevel.ADVISORY,
-    validate=guard_stack(_check_identity_owner),
-)
+IDENTITY_OWNER_POLICY = plan_policy(
+    IDENTITY_OWNER_NAME, "identityOwner in an aws-sqs-queue trigger's metadata is ignored under podIdentity provider "
+                         "'aws'.", identity_owner_findings, level=EnforcementLevel.ADVISORY)
 
 POLICIES = [POLICY, IDENTITY_OWNER_POLICY]

@@ -8,17 +8,14 @@ through template labels, which Karpenter treats as requirements.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
-from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
-
-from .resources import NODEPOOL, dig, is_kind
+from .declare import resource_policy
+from .resources import NODEPOOL, NODEPOOL_LABELS, NODEPOOL_REQUIREMENTS, dig
 from .selection import admitted_types, describe, parse_labels, parse_requirements
-from .unknowns import guard, plain, unknown_message
+from .unknowns import unknown_message
 
 NAME = "nodepool-instance-diversity"
-REQUIREMENTS = ("spec", "template", "spec", "requirements")
-TEMPLATE_LABELS = ("spec", "template", "metadata", "labels")
 
 ADVICE = ("allow several instance types, e.g. karpenter.k8s.aws/instance-family In ['g5', 'g6'] (every size of "
           "those families), or karpenter.k8s.aws/instance-category In ['g'] with "
@@ -27,8 +24,8 @@ ADVICE = ("allow several instance types, e.g. karpenter.k8s.aws/instance-family 
 
 def problems(props: Any) -> list[str]:
     """Why this NodePool (plain props) admits too few instance types; empty when it admits several."""
-    reqs = dig(props, *REQUIREMENTS)
-    labels = dig(props, *TEMPLATE_LABELS)
+    reqs = dig(props, *NODEPOOL_REQUIREMENTS)
+    labels = dig(props, *NODEPOOL_LABELS)
     parsed = parse_requirements(reqs.value, reqs.path).extend(parse_labels(labels.value, labels.path))
     types = admitted_types(parsed.requirements)
     # Requirements are ANDed: if the known ones already admit at most one type, unknown ones cannot widen that.
@@ -42,18 +39,9 @@ def problems(props: Any) -> list[str]:
     return [unknown_message(p, "how many instance types the NodePool admits") for p in parsed.unknown_paths]
 
 
-def _check(args: ResourceValidationArgs) -> Iterable[str]:
-    if not is_kind(args.resource_type, NODEPOOL):
-        return []
-    return problems(plain(args.props))
-
-
-POLICY = ResourceValidationPolicy(
-    name=NAME,
-    description="A Karpenter NodePool must admit more than one EC2 instance type (a family of sizes, a category, "
-                "a GPU manufacturer), never a single pinned type.",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard(_check),
-)
+POLICY = resource_policy(
+    NAME, "A Karpenter NodePool must admit more than one EC2 instance type (a family of sizes, a category, a GPU "
+          "manufacturer), never a single pinned type.",
+    (NODEPOOL,), lambda r: problems(r.props))
 
 POLICIES = [POLICY]

@@ -3,8 +3,19 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, Policy, PolicyPack
 
-from . import (ami, gpu_nodepool, hardware, keda_provider, nodepool_diversity, plan_complete, queues, schedulability,
-               versions, wiring, workloads)
+from . import (
+    ami,
+    gpu_nodepool,
+    hardware,
+    keda_provider,
+    nodepool_diversity,
+    plan_complete,
+    queues,
+    schedulability,
+    versions,
+    wiring,
+    workloads,
+)
 
 PACK_NAME = "gpuburst-guardrails"
 """The pack's name as the engine reports it (letters, digits, `-`, `_`, `.`)."""

@@ -8,12 +8,12 @@ way the plan is shallow, and a pass would be silent: this mandatory stack rule n
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any
 
-from pulumi_policy import EnforcementLevel, StackValidationArgs, StackValidationPolicy
-
+from .declare import plan_policy
+from .plan import Res
 from .resources import fmt
-from .unknowns import UNKNOWN, guard_stack, plain, unknown_message
+from .unknowns import UNKNOWN, unknown_message
 
 NAME = "plan-complete"
 
@@ -38,35 +38,27 @@ def _unknown_paths(value: Any, path: str = "") -> list[str]:
     return []
 
 
-def shallow_charts(resources: list[tuple[str, str, Optional[str], Any]]) -> list[tuple[str, str]]:
-    """(urn, message) for every Chart among `resources` (type, urn, parent urn, plain props) with no child."""
-    parents = {parent for _, _, parent, _ in resources if parent}
+def shallow_charts(resources: list[Res]) -> list[tuple[str, str]]:
+    """(urn, message) for every Chart among `resources` with no child."""
+    parents = {r.parent for r in resources if r.parent}
     out = []
-    for type_, urn, _, props in resources:
-        if type_ not in RENDERED_CHART_TYPES or urn in parents:
+    for r in resources:
+        if r.type not in RENDERED_CHART_TYPES or r.urn in parents:
             continue
-        what = f"{urn.rsplit('::', 1)[-1]} ({_describe(props)})"
-        unknown = _unknown_paths(props)
+        what = f"{r.urn.rsplit('::', 1)[-1]} ({_describe(r.props)})"
+        unknown = _unknown_paths(r.props)
         if unknown:  # the provider skips the render of a Chart with unknown inputs ("Preview is incomplete")
-            out.append((urn, f"{what}: " + unknown_message(unknown[0], "the objects the chart installs (a Chart "
-                                                                     "with unknown inputs renders nothing)")))
+            out.append((r.urn, f"{what}: " + unknown_message(unknown[0], "the objects the chart installs (a Chart "
+                                                                       "with unknown inputs renders nothing)")))
             continue
-        out.append((urn, f"{what} has no rendered objects in the plan, so no rule judged what it installs: the plan "
-                         f"is shallow (offline: put the archive in the chart cache with `python -m components charts "
-                         f"pull`)"))
+        out.append((r.urn, f"{what} has no rendered objects in the plan, so no rule judged what it installs: the "
+                           f"plan is shallow (offline: put the archive in the chart cache with `python -m components "
+                           f"charts pull`)"))
     return out
 
 
-def _check(args: StackValidationArgs) -> Iterable[tuple[Optional[str], str]]:
-    return shallow_charts([(r.resource_type, r.urn, r.parent.urn if r.parent is not None else None, plain(r.props))
-                           for r in args.resources])
-
-
-POLICY = StackValidationPolicy(
-    name=NAME,
-    description="Every Helm Chart's rendered objects are in the plan (a Chart with no children was never judged).",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard_stack(_check),
-)
+POLICY = plan_policy(
+    NAME, "Every Helm Chart's rendered objects are in the plan (a Chart with no children was never judged).",
+    shallow_charts)
 
 POLICIES = [POLICY]

@@ -17,12 +17,11 @@ worker while the first is still on it.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Optional
+from typing import Any
 
-from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
-
+from .declare import resource_policy
 from .resources import SQS_QUEUE, as_int, as_number, dig, fmt
-from .unknowns import guard, plain, unknown_message
+from .unknowns import unknown_message
 
 NAME = "sqs-work-queue"
 TAG_ROLE = "gpuburst.io/role"
@@ -39,7 +38,7 @@ SQS_DEFAULT_VISIBILITY_S = 30
 KIND_NAMES = {"work": "work queue", "dlq": "dead-letter queue", "other": "queue that is not a work queue"}
 
 
-def role(props: Any, resource_name: str) -> tuple[Optional[str], str]:
+def role(props: Any, resource_name: str) -> tuple[str | None, str]:
     """("work" | "dlq" | "other" | None when it cannot be told during preview, why)."""
     tags = dig(props, "tags")
     redrive = dig(props, "redrivePolicy")
@@ -66,7 +65,7 @@ def role(props: Any, resource_name: str) -> tuple[Optional[str], str]:
     return "work", "it is not a dead-letter queue"
 
 
-def _encryption_problem(props: Any) -> Optional[str]:
+def _encryption_problem(props: Any) -> str | None:
     kms = dig(props, "kmsMasterKeyId")
     if kms.unknown or (isinstance(kms.value, str) and kms.value.strip()):
         return None  # a customer-managed key is set (its id may be another resource's output)
@@ -80,7 +79,7 @@ def _encryption_problem(props: Any) -> Optional[str]:
             "sqsManagedSseEnabled: true (SSE-SQS) or kmsMasterKeyId (SSE-KMS)")
 
 
-def _redrive_problem(props: Any) -> Optional[str]:
+def _redrive_problem(props: Any) -> str | None:
     redrive = dig(props, "redrivePolicy")
     if redrive.unknown:
         return None  # present; its content (the DLQ's ARN) is computed at preview, as it normally is
@@ -102,7 +101,7 @@ def _redrive_problem(props: Any) -> Optional[str]:
     return None
 
 
-def _visibility_problem(props: Any, is_tagged_work: bool) -> Optional[str]:
+def _visibility_problem(props: Any, is_tagged_work: bool) -> str | None:
     expected = dig(props, "tags", TAG_EXPECTED_PROCESSING)
     if expected.unknown:
         return unknown_message(expected.path, "the visibility timeout against the declared processing time")
@@ -142,18 +141,9 @@ def problems(props: Any, resource_name: str = "") -> list[str]:
     return [p + suffix for p in out if p]
 
 
-def _check(args: ResourceValidationArgs) -> Iterable[str]:
-    if args.resource_type != SQS_QUEUE:
-        return []
-    return problems(plain(args.props), args.name)
-
-
-POLICY = ResourceValidationPolicy(
-    name=NAME,
-    description="Every SQS queue is encrypted (SSE-SQS or KMS); every work queue also has a dead-letter queue "
-                f"(redrivePolicy) and a visibility timeout >= {VISIBILITY_FACTOR}x its declared processing time.",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard(_check),
-)
+POLICY = resource_policy(
+    NAME, "Every SQS queue is encrypted (SSE-SQS or KMS); every work queue also has a dead-letter queue "
+          f"(redrivePolicy) and a visibility timeout >= {VISIBILITY_FACTOR}x its declared processing time.",
+    (SQS_QUEUE,), lambda r: problems(r.props, r.name))
 
 POLICIES = [POLICY]

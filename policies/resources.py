@@ -1,7 +1,8 @@
 """Shared readers for the rules: type tokens, Kubernetes kinds, paths into plain props, and value formatting."""
 from __future__ import annotations
 
-from typing import Any, Iterator, NamedTuple, Optional
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 from .unknowns import UNKNOWN
 
@@ -12,6 +13,15 @@ TRIGGER_AUTHENTICATION = ("keda.sh", "TriggerAuthentication")
 CLUSTER_TRIGGER_AUTHENTICATION = ("keda.sh", "ClusterTriggerAuthentication")
 SCALED_JOB = ("keda.sh", "ScaledJob")
 SCALED_OBJECT = ("keda.sh", "ScaledObject")
+
+# Paths into a NodePool.
+NODEPOOL_LABELS = ("spec", "template", "metadata", "labels")
+"""The labels of the nodes it launches (Karpenter treats them as `In [value]` requirements too)."""
+NODEPOOL_REQUIREMENTS = ("spec", "template", "spec", "requirements")
+NODEPOOL_TAINTS = ("spec", "template", "spec", "taints")
+NODEPOOL_NODECLASS = ("spec", "template", "spec", "nodeClassRef", "name")
+"""The name of the EC2NodeClass its nodes boot from."""
+NODEPOOL_LIMITS = ("spec", "limits")
 
 POD_TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
     # Where each kind keeps the pod spec that will actually run.
@@ -33,9 +43,11 @@ CLUSTER_TYPES = ("eks:index:Cluster", "aws:eks/cluster:Cluster")
 """Type tokens of an EKS control plane; both carry the Kubernetes version in `version`."""
 
 SQS_QUEUE = "aws:sqs/queue:Queue"
+NODEGROUP = "aws:eks/nodeGroup:NodeGroup"
+"""An EKS managed node group (the system nodes the controllers run on)."""
 
 
-def k8s_kind(resource_type: str) -> Optional[tuple[str, str]]:
+def k8s_kind(resource_type: str) -> tuple[str, str] | None:
     """`kubernetes:karpenter.sh/v1:NodePool` -> ("karpenter.sh", "NodePool"); `kubernetes:core/v1:Pod` -> ("core",
     "Pod"); None for anything that is not a Kubernetes resource with a group/version."""
     parts = resource_type.split(":")
@@ -134,7 +146,7 @@ def fmt(value: Any) -> str:
     return repr(value)
 
 
-def as_int(value: Any) -> Optional[int]:
+def as_int(value: Any) -> int | None:
     """An integral number (the Struct sends numbers as floats: 10.0) or a digit string as int; None otherwise."""
     if isinstance(value, bool):
         return None
@@ -147,7 +159,7 @@ def as_int(value: Any) -> Optional[int]:
     return None
 
 
-def as_number(value: Any) -> Optional[float]:
+def as_number(value: Any) -> float | None:
     """A number or numeric string as float; None otherwise (bools are not numbers)."""
     if isinstance(value, bool):
         return None

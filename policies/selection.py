@@ -13,13 +13,16 @@ this module; it can only miss a pool pinned through them (documented in docs/pol
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any
+
+from components.spec.names import INSTANCE_TYPE_LABEL
 
 from .resources import fmt, join_path
 from .unknowns import UNKNOWN
 
-INSTANCE_TYPE_KEYS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+INSTANCE_TYPE_KEYS = (INSTANCE_TYPE_LABEL, "beta.kubernetes.io/instance-type")
 """Well-known labels holding the instance type (the beta one is deprecated but still set on nodes)."""
 FAMILY_KEY = "karpenter.k8s.aws/instance-family"
 SIZE_KEY = "karpenter.k8s.aws/instance-size"
@@ -35,6 +38,14 @@ DIMENSIONS: dict[str, str] = {
 }
 """Label key -> which part of an instance type it constrains."""
 
+GPU_COUNT_KEY = "karpenter.k8s.aws/instance-gpu-count"
+GPU_NAME_KEY = "karpenter.k8s.aws/instance-gpu-name"
+GPU_MANUFACTURER_KEY = "karpenter.k8s.aws/instance-gpu-manufacturer"
+GPU_MEMORY_KEY = "karpenter.k8s.aws/instance-gpu-memory"
+CPU_KEY = "karpenter.k8s.aws/instance-cpu"
+MEMORY_KEY = "karpenter.k8s.aws/instance-memory"
+"""Other labels Karpenter sets from the instance type; this module ignores them (they only shrink a set)."""
+
 _TYPE = re.compile(r"^([a-z0-9-]+)\.([a-z0-9-]+)$")
 _FAMILY = re.compile(r"^([a-z]+)(\d+)")
 
@@ -44,13 +55,13 @@ def normalise(value: Any) -> str:
     return str(value).strip().lower()
 
 
-def split_type(instance_type: str) -> Optional[tuple[str, str]]:
+def split_type(instance_type: str) -> tuple[str, str] | None:
     """`g5.xlarge` -> ("g5", "xlarge"); None when the name has no family.size shape."""
     m = _TYPE.match(instance_type)
     return (m.group(1), m.group(2)) if m else None
 
 
-def family_parts(family: str) -> Optional[tuple[str, str]]:
+def family_parts(family: str) -> tuple[str, str] | None:
     """`g5` -> ("g", "5"); `p4d` -> ("p", "4"); `inf2` -> ("inf", "2"); None when it does not parse."""
     m = _FAMILY.match(family)
     return (m.group(1), m.group(2)) if m else None
@@ -78,7 +89,7 @@ class Parsed:
     requirements: list[Requirement] = field(default_factory=list)
     unknown_paths: list[str] = field(default_factory=list)
 
-    def extend(self, other: "Parsed") -> "Parsed":
+    def extend(self, other: Parsed) -> Parsed:
         return Parsed(self.requirements + other.requirements, self.unknown_paths + other.unknown_paths)
 
 
@@ -145,7 +156,7 @@ def parse_labels(labels: Any, path: str) -> Parsed:
 
 @dataclass
 class _Constraint:
-    allowed: Optional[set[str]] = None
+    allowed: set[str] | None = None
     excluded: set[str] = field(default_factory=set)
     impossible: bool = False
     bounds: list[tuple[str, float]] = field(default_factory=list)
@@ -183,7 +194,7 @@ class _Constraint:
         return True
 
 
-def admitted_types(requirements: Iterable[Requirement]) -> Optional[frozenset[str]]:
+def admitted_types(requirements: Iterable[Requirement]) -> frozenset[str] | None:
     """The explicit set of instance types the ANDed requirements admit, or None when it is not bounded here."""
     cons = {dim: _Constraint() for dim in set(DIMENSIONS.values())}
     for req in requirements:

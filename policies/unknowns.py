@@ -18,8 +18,8 @@ This pack closes that gap in two layers:
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from pulumi_policy import ReportViolation, ResourceValidationArgs, StackValidationArgs
 from pulumi_policy import proxy as _proxy
@@ -40,9 +40,9 @@ UNKNOWN_STRING = _proxy.UNKNOWN_STRING_VALUE
 class _Unknown:
     """The marker `plain()` puts where the engine sent an unknown value."""
 
-    _instance: Optional["_Unknown"] = None
+    _instance: _Unknown | None = None
 
-    def __new__(cls) -> "_Unknown":
+    def __new__(cls) -> _Unknown:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -106,7 +106,7 @@ def unknown_message(path: str, rule_needs: str) -> str:
 Check = Callable[[ResourceValidationArgs], Iterable[str]]
 """A resource rule's body: yields one message per violation."""
 
-StackCheck = Callable[[StackValidationArgs], Iterable[tuple[Optional[str], str]]]
+StackCheck = Callable[[StackValidationArgs], Iterable[tuple[str | None, str]]]
 """A stack rule's body: yields (urn or None, message) per violation."""
 
 

@@ -19,22 +19,23 @@ the versions in the plan and asks the catalogue. Why each rule exists:
   supportType is EKS's default, EXTENDED. Judged today (UTC), or on the policy config's `today` (ISO date), or on
   $GPUBURST_TODAY.
 Charts are recognised by the last path segment of `chart` (`oci://public.ecr.aws/karpenter/karpenter`,
-`kedacore/keda`, `keda`, `.../keda-2.20.2.tgz`) on `kubernetes:helm.sh/v4:Chart` and `kubernetes:helm.sh/v3:Release`.
+`kedacore/keda`, `keda`, `.../keda-2.20.2.tgz`) on `kubernetes:helm.sh/v4:Chart` and `kubernetes:helm.sh/v3:Release`
+(`policies.plan.chart_ref`).
 """
 from __future__ import annotations
 
-import re
 from datetime import date
 from itertools import product
-from typing import Any, Iterable, NamedTuple, Optional
+from typing import Any
 
-from pulumi_policy import (EnforcementLevel, PolicyConfigSchema, ResourceValidationArgs, ResourceValidationPolicy,
-                           StackValidationArgs, StackValidationPolicy)
+from pulumi_policy import EnforcementLevel, PolicyConfigSchema
 
 from components import catalogue
 
+from .declare import plan_policy, resource_policy
+from .plan import Res, chart_ref
 from .resources import CLUSTER_TYPES, HELM_CHART_TYPES, SCALED_JOB, Found, dig, fmt, is_kind
-from .unknowns import UNKNOWN, guard, guard_stack, plain, unknown_message
+from .unknowns import UNKNOWN, unknown_message
 
 CHART_NAME = "chart-versions"
 PAIR_NAME = "karpenter-chart-pair"
@@ -50,47 +51,6 @@ KARPENTER = catalogue.CHARTS["karpenter"].chart
 KARPENTER_CRD = next(n for n in catalogue.KARPENTER_CHARTS if n != KARPENTER)
 """The CRD chart: the other chart of `catalogue.KARPENTER_CHARTS`, which must be at the controller's version."""
 KEDA = catalogue.CHARTS["keda"].chart
-
-_ARCHIVE_VERSION = re.compile(r"^(?P<name>.+?)-(?P<version>v?\d+\.\d+\.\d+\S*)$")
-
-
-class ChartRef(NamedTuple):
-    """A chart found in the plan."""
-
-    name: Optional[str]
-    """The chart's name (last path segment of `chart`), None when `chart` is missing, UNKNOWN when unknown."""
-    version: Found
-    """`version` (or the version embedded in an archive name / OCI tag)."""
-
-
-def chart_name(chart: str) -> tuple[str, Optional[str]]:
-    """(name, embedded version or None) from a chart reference: `oci://r/karpenter/karpenter` -> karpenter;
-    `kedacore/keda` -> keda; `https://x/keda-2.20.2.tgz` -> (keda, 2.20.2); `oci://r/karpenter:1.14.1`."""
-    last = chart.strip().rstrip("/").rsplit("/", 1)[-1]
-    embedded = None
-    if last.endswith(".tgz"):
-        last = last[: -len(".tgz")]
-        m = _ARCHIVE_VERSION.match(last)
-        if m:
-            last, embedded = m.group("name"), m.group("version")
-    elif ":" in last:
-        last, embedded = last.split(":", 1)
-    return last.strip().lower(), embedded
-
-
-def chart_ref(props: Any) -> ChartRef:
-    """The chart name and version of a helm v3 Release / v4 Chart (plain props)."""
-    chart = dig(props, "chart")
-    version = dig(props, "version")
-    if chart.unknown:
-        return ChartRef(UNKNOWN, version)
-    if not isinstance(chart.value, str):
-        return ChartRef(None, version)
-    name, embedded = chart_name(chart.value)
-    if version.missing and embedded:
-        version = Found(embedded, f"{chart.path} (its embedded version)")
-    return ChartRef(name, version)
-
 
 def chart_problems(props: Any) -> list[str]:
     """Why this chart's version must not be deployed (only charts the catalogue pins are judged)."""
@@ -113,24 +73,14 @@ def chart_problems(props: Any) -> list[str]:
             "catalogue's pin)"]
 
 
-def _check_chart(args: ResourceValidationArgs) -> Iterable[str]:
-    if args.resource_type not in HELM_CHART_TYPES:
-        return []
-    return chart_problems(plain(args.props))
-
-
-Resources = list[tuple[str, str, Any]]
-"""[(type, urn, plain props)] of a stack."""
-
-
-def stack_charts(resources: Resources) -> dict[str, list[tuple[str, Found]]]:
+def stack_charts(resources: list[Res]) -> dict[str, list[tuple[str, Found]]]:
     """chart name -> [(urn, version)] for every helm chart in the stack whose name is known."""
     out: dict[str, list[tuple[str, Found]]] = {}
-    for rtype, urn, props in resources:
-        if rtype in HELM_CHART_TYPES:
-            ref = chart_ref(props)
+    for r in resources:
+        if r.type in HELM_CHART_TYPES:
+            ref = chart_ref(r.props)
             if isinstance(ref.name, str):
-                out.setdefault(ref.name, []).append((urn, ref.version))
+                out.setdefault(ref.name, []).append((r.urn, ref.version))
     return out
 
 
@@ -141,7 +91,7 @@ def _same_version(a: str, b: str) -> bool:
         return a.strip() == b.strip()
 
 
-def pair_findings(resources: Resources) -> list[tuple[str, str]]:
+def pair_findings(resources: list[Res]) -> list[tuple[str, str]]:
     """(urn, message) when karpenter-crd and karpenter are both in the stack at different versions."""
     charts = stack_charts(resources)
     crd_name = KARPENTER_CRD
@@ -175,30 +125,30 @@ def _versions_in_stack(charts: dict[str, list[tuple[str, Found]]], name: str) ->
     return (known or ([] if unknown else [catalogue.CHARTS[name].version])), unknown
 
 
-def strategy_findings(resources: Resources) -> list[tuple[str, str]]:
+def strategy_findings(resources: list[Res]) -> list[tuple[str, str]]:
     """(urn, message) for every ScaledJob whose scalingStrategy.strategy the stack's KEDA rejects."""
     keda_versions, keda_unknown = _versions_in_stack(stack_charts(resources), KEDA)
     out: list[tuple[str, str]] = []
-    for rtype, urn, props in resources:
-        if not is_kind(rtype, SCALED_JOB):
+    for r in resources:
+        if not is_kind(r.type, SCALED_JOB):
             continue
-        strategy = dig(props, "spec", "scalingStrategy", "strategy")
+        strategy = dig(r.props, "spec", "scalingStrategy", "strategy")
         if strategy.missing:
             continue
         if strategy.unknown:
-            out.append((urn, unknown_message(strategy.path, "whether KEDA accepts the scaling strategy")))
+            out.append((r.urn, unknown_message(strategy.path, "whether KEDA accepts the scaling strategy")))
             continue
         if keda_unknown:
-            out.append((urn, unknown_message(keda_unknown[0].path + " (KEDA chart)",
-                                             f"whether KEDA accepts scalingStrategy {fmt(strategy.value)}")))
+            out.append((r.urn, unknown_message(keda_unknown[0].path + " (KEDA chart)",
+                                               f"whether KEDA accepts scalingStrategy {fmt(strategy.value)}")))
         for version in keda_versions:
             problem = catalogue.keda_scaling_strategy_problem(str(strategy.value), version)
             if problem:
-                out.append((urn, f"{strategy.path} = {fmt(strategy.value)}: {problem}"))
+                out.append((r.urn, f"{strategy.path} = {fmt(strategy.value)}: {problem}"))
     return out
 
 
-def kubernetes_findings(resources: Resources) -> list[tuple[str, str]]:
+def kubernetes_findings(resources: list[Res]) -> list[tuple[str, str]]:
     """(urn, message) for every EKS cluster whose version is unpinned or outside the stack's Karpenter/KEDA range."""
     charts = stack_charts(resources)
     karpenters, k_unknown = _versions_in_stack(charts, KARPENTER)
@@ -206,45 +156,45 @@ def kubernetes_findings(resources: Resources) -> list[tuple[str, str]]:
     karpenters = karpenters or [catalogue.CHARTS[KARPENTER].version]
     kedas = kedas or [catalogue.CHARTS[KEDA].version]
     out: list[tuple[str, str]] = []
-    for rtype, urn, props in resources:
-        if rtype not in CLUSTER_TYPES:
+    for r in resources:
+        if r.type not in CLUSTER_TYPES:
             continue
-        version = dig(props, "version")
+        version = dig(r.props, "version")
         if version.unknown:
-            out.append((urn, unknown_message(version.path, "the Kubernetes version against Karpenter and KEDA")))
+            out.append((r.urn, unknown_message(version.path, "the Kubernetes version against Karpenter and KEDA")))
             continue
         if not isinstance(version.value, str) or not version.value.strip():
             got = "is missing (EKS then picks its default)" if version.missing else f"is {fmt(version.value)}"
-            out.append((urn, f"{version.path} {got}: pin the control plane's Kubernetes version (the catalogue pins "
-                             f"{catalogue.KUBERNETES_VERSION!r})"))
+            out.append((r.urn, f"{version.path} {got}: pin the control plane's Kubernetes version (the catalogue "
+                               f"pins {catalogue.KUBERNETES_VERSION!r})"))
             continue
         for v in k_unknown + e_unknown:
-            out.append((urn, unknown_message(v.path + " (chart)", "which Kubernetes versions the stack supports")))
+            out.append((r.urn, unknown_message(v.path + " (chart)", "which Kubernetes versions the stack supports")))
         seen: set[str] = set()
         for karpenter, keda in product(karpenters, kedas):
             for problem in catalogue.kubernetes_problems(version.value, karpenter, keda):
                 if problem not in seen:
                     seen.add(problem)
-                    out.append((urn, f"{version.path} = {fmt(version.value)}: {problem}; use a version inside that "
-                                     f"range (the catalogue pins {catalogue.KUBERNETES_VERSION!r})"))
+                    out.append((r.urn, f"{version.path} = {fmt(version.value)}: {problem}; use a version inside "
+                                       f"that range (the catalogue pins {catalogue.KUBERNETES_VERSION!r})"))
     return out
 
 
-def support_findings(resources: Resources, on: date | None = None) -> list[tuple[str, str, str]]:
+def support_findings(resources: list[Res], on: date | None = None) -> list[tuple[str, str, str]]:
     """(urn, level, message) of the EKS support rule for every EKS cluster whose Kubernetes version is known."""
     out: list[tuple[str, str, str]] = []
-    for rtype, urn, props in resources:
-        if rtype not in CLUSTER_TYPES:
+    for r in resources:
+        if r.type not in CLUSTER_TYPES:
             continue
-        version = dig(props, "version")
+        version = dig(r.props, "version")
         if version.unknown:
-            out.append((urn, catalogue.MANDATORY, unknown_message(version.path, "the cluster's EKS support rule")))
+            out.append((r.urn, catalogue.MANDATORY, unknown_message(version.path, "the cluster's EKS support rule")))
             continue
         if not isinstance(version.value, str) or not version.value.strip():
             continue  # kubernetes-version-range reports a missing version
-        support = dig(props, "upgradePolicy", "supportType")
+        support = dig(r.props, "upgradePolicy", "supportType")
         if support.unknown:
-            out.append((urn, catalogue.MANDATORY, unknown_message(support.path, "the cluster's EKS support rule")))
+            out.append((r.urn, catalogue.MANDATORY, unknown_message(support.path, "the cluster's EKS support rule")))
             continue
         unset = support.missing or support.value is None
         support_type = EKS_DEFAULT_SUPPORT_TYPE if unset else str(support.value)
@@ -253,12 +203,12 @@ def support_findings(resources: Resources, on: date | None = None) -> list[tuple
             continue
         how = (f"{support.path} is unset (EKS's default {EKS_DEFAULT_SUPPORT_TYPE}; set it explicitly)" if unset
                else f"{support.path} = {fmt(support.value)}")
-        out.append((urn, finding.level, f"{version.path} = {fmt(version.value)}, {how}: {finding.message}"))
+        out.append((r.urn, finding.level, f"{version.path} = {fmt(version.value)}, {how}: {finding.message}"))
     return out
 
 
-def _judged_on(args: StackValidationArgs) -> date | None:
-    raw = (args.get_config() or {}).get("today")
+def _judged_on(config: dict) -> date | None:
+    raw = config.get("today")
     if raw in (None, ""):
         return None
     try:
@@ -268,69 +218,42 @@ def _judged_on(args: StackValidationArgs) -> date | None:
 
 
 def _support(level: str):
-    def check(args: StackValidationArgs) -> list[tuple[str, str]]:
-        return [(urn, message) for urn, lvl, message in support_findings(_plain_resources(args), _judged_on(args))
+    def findings(resources: list[Res], config: dict) -> list[tuple[str, str]]:
+        return [(urn, message) for urn, lvl, message in support_findings(resources, _judged_on(config))
                 if lvl == level]
-    check.__name__ = f"support_{level}"
-    return check
+    findings.__name__ = f"support_{level}"
+    return findings
 
 
 _TODAY_SCHEMA = PolicyConfigSchema(properties={"today": {
     "type": "string", "description": "ISO date to judge the EKS support calendar on (default: today in UTC)"}})
 
 
-def _plain_resources(args: StackValidationArgs) -> Resources:
-    return [(r.resource_type, r.urn, plain(r.props)) for r in args.resources]
-
-
-CHART_POLICY = ResourceValidationPolicy(
-    name=CHART_NAME,
-    description="Karpenter, karpenter-crd and KEDA charts must be pinned to a version the catalogue accepts (no "
+CHART_POLICY = resource_policy(
+    CHART_NAME, "Karpenter, karpenter-crd and KEDA charts must be pinned to a version the catalogue accepts (no "
                 "Karpenter 1.0.0-1.0.2 or 1.8.4, no KEDA below the minimum).",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard(_check_chart),
-)
+    HELM_CHART_TYPES, lambda r: chart_problems(r.props))
 
-PAIR_POLICY = StackValidationPolicy(
-    name=PAIR_NAME,
-    description="The karpenter-crd chart must be at the same version as the karpenter chart.",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard_stack(lambda args: pair_findings(_plain_resources(args))),
-)
+PAIR_POLICY = plan_policy(
+    PAIR_NAME, "The karpenter-crd chart must be at the same version as the karpenter chart.", pair_findings)
 
-STRATEGY_POLICY = StackValidationPolicy(
-    name=STRATEGY_NAME,
-    description="A ScaledJob's scalingStrategy.strategy must be one the stack's KEDA accepts (KEDA 2.20.0-2.20.1 "
-                "reject 'default').",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard_stack(lambda args: strategy_findings(_plain_resources(args))),
-)
+STRATEGY_POLICY = plan_policy(
+    STRATEGY_NAME, "A ScaledJob's scalingStrategy.strategy must be one the stack's KEDA accepts (KEDA 2.20.0-2.20.1 "
+                   "reject 'default').", strategy_findings)
 
-KUBERNETES_POLICY = StackValidationPolicy(
-    name=KUBERNETES_NAME,
-    description="The EKS cluster's Kubernetes version must be pinned and inside what the stack's Karpenter and KEDA "
-                "support.",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard_stack(lambda args: kubernetes_findings(_plain_resources(args))),
-)
+KUBERNETES_POLICY = plan_policy(
+    KUBERNETES_NAME, "The EKS cluster's Kubernetes version must be pinned and inside what the stack's Karpenter and "
+                     "KEDA support.", kubernetes_findings)
 
-SUPPORT_WINDOW_POLICY = StackValidationPolicy(
-    name=SUPPORT_WINDOW_NAME,
-    description="Tells a stack whose EKS Kubernetes version leaves standard support within 90 days, or runs on "
-                "extended support (6x the control-plane price), the date and the cost.",
-    enforcement_level=EnforcementLevel.ADVISORY,
-    validate=guard_stack(_support(catalogue.ADVISORY)),
-    config_schema=_TODAY_SCHEMA,
-)
+SUPPORT_WINDOW_POLICY = plan_policy(
+    SUPPORT_WINDOW_NAME, "Tells a stack whose EKS Kubernetes version leaves standard support within 90 days, or runs "
+                         "on extended support (6x the control-plane price), the date and the cost.",
+    _support(catalogue.ADVISORY), level=EnforcementLevel.ADVISORY, config_schema=_TODAY_SCHEMA)
 
-SUPPORT_ENDED_POLICY = StackValidationPolicy(
-    name=SUPPORT_ENDED_NAME,
-    description="An EKS cluster past its version's end of standard support must have chosen upgradePolicy."
-                "supportType EXTENDED (else EKS auto-upgrades its control plane); past extended support it is "
-                "refused.",
-    enforcement_level=EnforcementLevel.MANDATORY,
-    validate=guard_stack(_support(catalogue.MANDATORY)),
-    config_schema=_TODAY_SCHEMA,
-)
+SUPPORT_ENDED_POLICY = plan_policy(
+    SUPPORT_ENDED_NAME, "An EKS cluster past its version's end of standard support must have chosen upgradePolicy."
+                        "supportType EXTENDED (else EKS auto-upgrades its control plane); past extended support it is "
+                        "refused.",
+    _support(catalogue.MANDATORY), config_schema=_TODAY_SCHEMA)
 
 POLICIES = [CHART_POLICY, PAIR_POLICY, STRATEGY_POLICY, KUBERNETES_POLICY, SUPPORT_WINDOW_POLICY, SUPPORT_ENDED_POLICY]

@@ -3,11 +3,26 @@ as, and KEDA authenticationRefs and scaler roles resolve to what the plan create
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
-from .resources import (CLUSTER_TRIGGER_AUTHENTICATION, POD_TEMPLATE_PATHS, SCALED_JOB, SCALED_OBJECT,
-                        TRIGGER_AUTHENTICATION, dig, fmt, is_kind, join_path, k8s_kind, triggers)
-from .schedulability import (Res, charts, describe_res, gpu_pods, meta_name, meta_namespace, plan_policy, rendered)
+from components import catalogue
+
+from .declare import plan_policy
+from .plan import Res, chart_of, charts, describe_res, meta_name, meta_namespace, rendered
+from .resources import (
+    CLUSTER_TRIGGER_AUTHENTICATION,
+    POD_TEMPLATE_PATHS,
+    SCALED_JOB,
+    SCALED_OBJECT,
+    TRIGGER_AUTHENTICATION,
+    dig,
+    fmt,
+    is_kind,
+    join_path,
+    k8s_kind,
+    triggers,
+)
+from .schedulability import gpu_pods
 from .unknowns import UNKNOWN, unknown_message
 
 POD_IDENTITY_NAME = "pod-identity-wiring"
@@ -32,7 +47,7 @@ KEDA_OPERATOR = "keda-operator"
 # Service accounts and the pods that run as them.
 # --------------------------------------------------------------------------------------------------------------------
 
-def _chart_service_account(chart: Res, chart_name: str) -> tuple[Optional[str], Any, bool]:
+def _chart_service_account(chart: Res, chart_name: str) -> tuple[str | None, Any, bool]:
     """(namespace, name, created) of the ServiceAccount an unrendered chart's values declare."""
     path, default = CHART_SERVICE_ACCOUNTS[chart_name]
     values = dig(chart.props, "values").value
@@ -44,10 +59,10 @@ def _chart_service_account(chart: Res, chart_name: str) -> tuple[Optional[str], 
     return (ns if isinstance(ns, str) else None), name, created
 
 
-def service_accounts(resources: list[Res]) -> dict[tuple[Optional[str], str], Res]:
+def service_accounts(resources: list[Res]) -> dict[tuple[str | None, str], Res]:
     """(namespace, name) -> the resource that creates that ServiceAccount: a ServiceAccount (stack-made or rendered
     from a chart), or a chart whose rendered objects are missing from the plan and whose values create it."""
-    out: dict[tuple[Optional[str], str], Res] = {}
+    out: dict[tuple[str | None, str], Res] = {}
     for r in resources:
         if k8s_kind(r.type) == SERVICE_ACCOUNT and isinstance(meta_name(r.props), str):
             ns = meta_namespace(r.props)
@@ -72,7 +87,7 @@ def pod_service_account(pod: Any) -> Any:
     return sa or "default"
 
 
-def workload_pods(resources: list[Res]) -> list[tuple[Res, Optional[str], Any, str]]:
+def workload_pods(resources: list[Res]) -> list[tuple[Res, str | None, Any, str]]:
     """(resource, namespace, ServiceAccount, path of the field) for every pod-bearing resource, and for each
     unrendered karpenter/keda chart its controller."""
     out = []
@@ -94,7 +109,7 @@ def workload_pods(resources: list[Res]) -> list[tuple[Res, Optional[str], Any, s
     return out
 
 
-def _chart_namespace(r: Res, resources: list[Res]) -> Optional[str]:
+def _chart_namespace(r: Res, resources: list[Res]) -> str | None:
     """A rendered object without metadata.namespace lands in its chart's namespace."""
     by_urn = {x.urn: x for x in resources}
     parent = by_urn.get(r.parent) if r.parent else None
@@ -108,17 +123,14 @@ def _chart_namespace(r: Res, resources: list[Res]) -> Optional[str]:
 
 def is_placeholder(pod: Any) -> bool:
     """Whether a pod spec only runs the catalogue's pause image (the warm GPU floor's capacity placeholder)."""
-    from components import catalogue
-
     containers = pod.get("containers") if isinstance(pod, dict) else None
     return bool(containers) and all(isinstance(c, dict) and c.get("image") == catalogue.PAUSE_IMAGE
                                     for c in containers)
 
 
-def intended_users(resources: list[Res]) -> list[tuple[Res, Optional[str], Any, str]]:
+def intended_users(resources: list[Res]) -> list[tuple[Res, str | None, Any, str]]:
     """The pods that must run with a Pod Identity role: the KEDA operator, the Karpenter controller, every
     ScaledJob and every GPU-requesting Deployment (the workers)."""
-    from .schedulability import chart_of
     by_urn = {r.urn: r for r in resources}
     # A warm-floor placeholder (every container the pinned pause image) only holds a GPU node: it calls no AWS API.
     gpu = {r.urn for r, pod, _path in gpu_pods(resources) if not is_placeholder(pod)}
@@ -190,7 +202,7 @@ def pod_identity_findings(resources: list[Res]) -> list[tuple[str, str]]:
 # keda-auth-wiring
 # --------------------------------------------------------------------------------------------------------------------
 
-def parse_role_arn(arn: str) -> Optional[tuple[str, str, str]]:
+def parse_role_arn(arn: str) -> tuple[str, str, str] | None:
     """`arn:aws:iam::123:role/path/name` -> (account, path `/path/`, name); None when it is not a role ARN."""
     parts = arn.split(":", 5)
     if len(parts) != 6 or parts[2] != "iam" or not parts[5].startswith("role/"):
@@ -200,7 +212,7 @@ def parse_role_arn(arn: str) -> Optional[tuple[str, str, str]]:
     return parts[4], "/" + (path + "/" if path else ""), name
 
 
-def find_role(resources: list[Res], arn: str) -> Optional[Res]:
+def find_role(resources: list[Res], arn: str) -> Res | None:
     """The aws:iam/role:Role in the plan this ARN names: by its `name` input, else by its resource name (Pulumi
     auto-names a role `<resource name>-<7 hex>`); the ARN's path must be the role's `path` unless the ARN carries
     none (an offline plan's mocked ARN)."""
@@ -222,7 +234,7 @@ def find_role(resources: list[Res], arn: str) -> Optional[Res]:
     return None
 
 
-def role_dependency(resources: list[Res], res: Res) -> Optional[Res]:
+def role_dependency(resources: list[Res], res: Res) -> Res | None:
     """The one IAM role `res` depends on, or None when it depends on none or several: during a preview a role ARN is
     unknown (the role does not exist yet), and the dependency is where the engine says the value comes from."""
     by_urn = {r.urn: r for r in resources}
@@ -230,7 +242,7 @@ def role_dependency(resources: list[Res], res: Res) -> Optional[Res]:
     return roles[0] if len(roles) == 1 else None
 
 
-def operator_role(resources: list[Res], association: Res) -> tuple[Optional[Res], Any]:
+def operator_role(resources: list[Res], association: Res) -> tuple[Res | None, Any]:
     """(the IAM role a Pod Identity association grants — by its known ARN, else by its dependency —, the ARN)."""
     arn = association.props.get("roleArn")
     if isinstance(arn, str):
@@ -238,7 +250,7 @@ def operator_role(resources: list[Res], association: Res) -> tuple[Optional[Res]
     return role_dependency(resources, association), arn
 
 
-def trusted_principals(role: Res) -> tuple[Optional[list[str]], Optional[str]]:
+def trusted_principals(role: Res) -> tuple[list[str] | None, str | None]:
     """(AWS principals the role's trust policy lets assume it with sts:AssumeRole, or None when unknown; the
     unknown field's path)."""
     doc = role.props.get("assumeRolePolicy")
@@ -267,10 +279,9 @@ def trusted_principals(role: Res) -> tuple[Optional[list[str]], Optional[str]]:
     return out, None
 
 
-def keda_operator_identity(resources: list[Res]) -> tuple[Optional[tuple[Any, Any]], Optional[Res]]:
+def keda_operator_identity(resources: list[Res]) -> tuple[tuple[Any, Any] | None, Res | None]:
     """((namespace, ServiceAccount) the KEDA operator runs as, its Pod Identity association) — None when the plan
     has no KEDA operator or no association for it."""
-    from .schedulability import chart_of
     by_urn = {r.urn: r for r in resources}
     keda_charts = {c.urn for c in charts(resources, "keda")}
     sa_key = None
@@ -285,7 +296,7 @@ def keda_operator_identity(resources: list[Res]) -> tuple[Optional[tuple[Any, An
     return sa_key, None
 
 
-def _auths(resources: list[Res]) -> dict[tuple[str, Optional[str], str], Res]:
+def _auths(resources: list[Res]) -> dict[tuple[str, str | None, str], Res]:
     out = {}
     for r in resources:
         for kind in (TRIGGER_AUTHENTICATION, CLUSTER_TRIGGER_AUTHENTICATION):

@@ -15,15 +15,29 @@
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
-from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
+from components.spec.names import GPU_PRESENT_LABEL, GPU_RESOURCE, GPU_TAINT, GPU_TOLERATION
 
-from .gpu_nodepool import GPU_RESOURCE, GPU_TAINT_EFFECT
-from .resources import (POD_TEMPLATE_PATHS, SCALED_JOB, SCALED_OBJECT, SQS_TRIGGER_TYPE, as_number, dig,
-                        enumerate_at, fmt, is_kind, is_true_string, join_path, k8s_kind, triggers)
+from .declare import resource_policy
+from .plan import Res
+from .resources import (
+    POD_TEMPLATE_PATHS,
+    SCALED_JOB,
+    SCALED_OBJECT,
+    SQS_TRIGGER_TYPE,
+    as_number,
+    dig,
+    enumerate_at,
+    fmt,
+    is_true_string,
+    join_path,
+    k8s_kind,
+    triggers,
+)
 from .selection import admitted_types, describe, parse_labels, parse_requirements
-from .unknowns import UNKNOWN, guard, plain, unknown_message
+from .unknowns import UNKNOWN, unknown_message
 
 AUTH_NAME = "keda-sqs-trigger-auth"
 ROLLOUT_NAME = "keda-scaledjob-rollout"
@@ -71,12 +85,6 @@ def auth_problems(props: Any) -> list[str]:
     return out
 
 
-def _check_auth(args: ResourceValidationArgs) -> Iterable[str]:
-    if not (is_kind(args.resource_type, SCALED_JOB) or is_kind(args.resource_type, SCALED_OBJECT)):
-        return []
-    return auth_problems(plain(args.props))
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # keda-scaledjob-rollout and keda-scaledjob-stateless
 # --------------------------------------------------------------------------------------------------------------------
@@ -110,19 +118,11 @@ def stateless_problems(props: Any) -> list[str]:
     return out
 
 
-def _check_rollout(args: ResourceValidationArgs) -> Iterable[str]:
-    return rollout_problems(plain(args.props)) if is_kind(args.resource_type, SCALED_JOB) else []
-
-
-def _check_stateless(args: ResourceValidationArgs) -> Iterable[str]:
-    return stateless_problems(plain(args.props)) if is_kind(args.resource_type, SCALED_JOB) else []
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # gpu-pod-placement
 # --------------------------------------------------------------------------------------------------------------------
 
-def requests_gpu(pod: Any, path: str) -> tuple[Optional[bool], list[str]]:
+def requests_gpu(pod: Any, path: str) -> tuple[bool | None, list[str]]:
     """(True / False / None when unknown during preview, paths of the unknowns) for a plain pod spec."""
     unknown: list[str] = []
     if pod is UNKNOWN:
@@ -145,7 +145,7 @@ def requests_gpu(pod: Any, path: str) -> tuple[Optional[bool], list[str]]:
     return (None if unknown else False), unknown
 
 
-def _tolerates(pod: Any, path: str) -> tuple[Optional[bool], str]:
+def _tolerates(pod: Any, path: str) -> tuple[bool | None, str]:
     tolerations = dig(pod, "tolerations", base=path)
     if tolerations.unknown:
         return None, tolerations.path
@@ -158,13 +158,13 @@ def _tolerates(pod: Any, path: str) -> tuple[Optional[bool], str]:
         if not isinstance(tol, dict):
             continue
         key, operator, effect = tol.get("key") or "", tol.get("operator") or "Equal", tol.get("effect") or ""
-        key_ok = key == GPU_RESOURCE or (key == "" and operator == "Exists")
-        if key_ok and effect in ("", GPU_TAINT_EFFECT):
+        key_ok = key == GPU_TAINT["key"] or (key == "" and operator == "Exists")
+        if key_ok and effect in ("", GPU_TAINT["effect"]):
             return True, ""
     return (None, unknown_at) if unknown_at else (False, tolerations.path)
 
 
-def pinned_types(pod: Any, path: str) -> tuple[Optional[frozenset[str]], str, list[str]]:
+def pinned_types(pod: Any, path: str) -> tuple[frozenset[str] | None, str, list[str]]:
     """(the instance types the pod's required node selection admits when that is bounded, a description, unknowns)."""
     selector = dig(pod, "nodeSelector", base=path)
     base = parse_labels(selector.value, selector.path)
@@ -197,17 +197,19 @@ def placement_problems(pod: Any, path: str) -> list[str]:
     problems: list[str] = []
     tolerates, where = _tolerates(pod, path)
     if tolerates is None:
-        problems.append(unknown_message(where, f"whether the pod tolerates the {GPU_RESOURCE} taint"))
+        problems.append(unknown_message(where, f"whether the pod tolerates the {GPU_TAINT['key']} taint"))
     elif not tolerates:
-        problems.append(f"{where} has no toleration for the {GPU_RESOURCE}:{GPU_TAINT_EFFECT} taint GPU nodes carry, "
-                        f"so the pod never schedules on one; add {{key: {GPU_RESOURCE}, operator: Exists, effect: "
-                        f"{GPU_TAINT_EFFECT}}}")
+        tol = GPU_TOLERATION
+        problems.append(f"{where} has no toleration for the {GPU_TAINT['key']}:{GPU_TAINT['effect']} taint GPU nodes "
+                        f"carry, so the pod never schedules on one; add {{key: {tol['key']}, operator: "
+                        f"{tol['operator']}, effect: {tol['effect']}}}")
     types, described, unknown_sel = pinned_types(pod, path)
     if types is not None and len(types) <= 1:
         what = f"only {next(iter(types))!r}" if types else "no instance type at all"
         problems.append(f"{path}: nodeSelector / required nodeAffinity admit {what} ({described}): a GPU pod pinned "
                         "to one instance type waits whenever that type has no capacity; select on "
-                        f"nvidia.com/gpu.present: \"true\" and let the NodePool choose among several types")
+                        f"{GPU_PRESENT_LABEL[0]}: \"{GPU_PRESENT_LABEL[1]}\" and let the NodePool choose among "
+                        "several types")
     elif unknown_sel:
         problems += [unknown_message(p, "whether the pod pins one instance type") for p in unknown_sel]
     if gpu is None and problems:
@@ -216,28 +218,24 @@ def placement_problems(pod: Any, path: str) -> list[str]:
     return problems
 
 
-def _check_placement(args: ResourceValidationArgs) -> Iterable[str]:
-    kind = k8s_kind(args.resource_type)
-    if kind not in POD_TEMPLATE_PATHS:
-        return []
-    props = plain(args.props)
-    pod = dig(props, *POD_TEMPLATE_PATHS[kind])
+def _placement(res: Res) -> Iterable[str]:
+    pod = dig(res.props, *POD_TEMPLATE_PATHS[k8s_kind(res.type)])
     if pod.missing:
         return []
     return placement_problems(pod.value, pod.path)
 
 
-def _policy(name: str, description: str, check) -> ResourceValidationPolicy:
-    return ResourceValidationPolicy(name=name, description=description,
-                                    enforcement_level=EnforcementLevel.MANDATORY, validate=guard(check))
-
-
-AUTH_POLICY = _policy(AUTH_NAME, "An aws-sqs-queue KEDA trigger must authenticate through authenticationRef, with no "
-                                 "AWS keys in its metadata.", _check_auth)
-ROLLOUT_POLICY = _policy(ROLLOUT_NAME, "A KEDA ScaledJob must set spec.rollout.strategy: gradual.", _check_rollout)
-STATELESS_POLICY = _policy(STATELESS_NAME, "A ScaledJob must not run ordered or stateful work; "
-                                           + USE_CONSUMER + ".", _check_stateless)
-PLACEMENT_POLICY = _policy(PLACEMENT_NAME, f"A pod requesting {GPU_RESOURCE} must tolerate the {GPU_RESOURCE} "
-                                           "taint and must not pin a single instance type.", _check_placement)
+AUTH_POLICY = resource_policy(
+    AUTH_NAME, "An aws-sqs-queue KEDA trigger must authenticate through authenticationRef, with no AWS keys in its "
+               "metadata.", (SCALED_JOB, SCALED_OBJECT), lambda r: auth_problems(r.props))
+ROLLOUT_POLICY = resource_policy(
+    ROLLOUT_NAME, "A KEDA ScaledJob must set spec.rollout.strategy: gradual.", (SCALED_JOB,),
+    lambda r: rollout_problems(r.props))
+STATELESS_POLICY = resource_policy(
+    STATELESS_NAME, "A ScaledJob must not run ordered or stateful work; " + USE_CONSUMER + ".", (SCALED_JOB,),
+    lambda r: stateless_problems(r.props))
+PLACEMENT_POLICY = resource_policy(
+    PLACEMENT_NAME, f"A pod requesting {GPU_RESOURCE} must tolerate the {GPU_TAINT['key']} taint and must not pin "
+                    "a single instance type.", POD_TEMPLATE_PATHS, _placement)
 
 POLICIES = [AUTH_POLICY, ROLLOUT_POLICY, STATELESS_POLICY, PLACEMENT_POLICY]

@@ -18,40 +18,16 @@ import yaml
 
 from .. import catalogue
 from ..catalogue.chart_findings import object_of, unexplained
+from ..config.files import PROJECT_DIR, StackFileError, read_stack_config
 from .charts import DUMPER, Expansion, expand, resolve_cache, search_path
 from .mocks import RunResult, run_under_mocks
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = PROJECT_DIR
 """The project directory holding Pulumi.yaml, __main__.py and the Pulumi.<stack>.yaml files."""
 
 
 class SynthError(Exception):
     """The synth could not run: a missing stack file, unreadable YAML, or a bad stack config (one line)."""
-
-
-def read_stack_config(stack: str, project_dir: Path = REPO_ROOT, stack_file: Path | None = None) -> dict[str, Any]:
-    """The `config:` map of Pulumi.<stack>.yaml (or `stack_file`), as the engine would pass it (non-strings
-    JSON-encoded)."""
-    path = stack_file or project_dir / f"Pulumi.{stack}.yaml"
-    if stack_file is not None and not path.is_file():
-        raise SynthError(f"--stack-file {str(path)!r}: no such file")
-    if not path.is_file():
-        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in project_dir.glob("Pulumi.*.yaml"))
-        raise SynthError(f"--stack {stack!r}: no {path.name} in {project_dir} (stacks: {', '.join(known) or 'none'})")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise SynthError(f"{path.name}: not valid YAML: {str(e).splitlines()[0]}") from None
-    config = doc.get("config") or {}
-    if not isinstance(config, dict):
-        raise SynthError(f"{path.name}: 'config' must be a mapping, got {type(config).__name__}")
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            raise SynthError(f"{path.name}: {key} is a secret; the offline synth cannot decrypt it — "
-                             "leave secrets out of the example stacks")
-        out[str(key)] = value if isinstance(value, str) else json.dumps(value)
-    return out
 
 
 def run_program(stack: str, config: dict[str, Any], project_dir: Path = REPO_ROOT, preview: bool = False) -> RunResult:
@@ -130,7 +106,10 @@ def synth(stack: str = "dev", out_dir: Path = Path("out"), project_dir: Path = R
     """Run the program for `stack` under mocks, render its Helm charts from the chart cache (`charts`, see
     `charts.resolve_cache`), and write out/plan.json, out/manifests/*.yaml and out/manifests/<chart>/*.yaml."""
     start = time.perf_counter()
-    config = read_stack_config(stack, project_dir, stack_file)
+    try:
+        config = read_stack_config(stack, project_dir, stack_file)
+    except StackFileError as e:
+        raise SynthError(str(e)) from None
     result = run_program(stack, config, project_dir)
     cache, source = resolve_cache(charts)
     expansion = expand([r.as_plan_entry() for r in result.registrations], search_path(charts), source)

@@ -6,11 +6,11 @@ Order matters: `gpu-job` runs before `gpu-allocatable` and `hardware-ami`, so a 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from . import burst, gpu, gpujob, hardware, iam, keda, versions
-from .model import FAIL, SKIPPED, CheckResult, Clock, RealClock, VerifySettings
+from .context import Context, one_line
+from .model import FAIL, SKIPPED, CheckResult
 
 
 @dataclass(frozen=True)
@@ -70,41 +70,6 @@ def selected(only: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[Che
     """The checks a run runs, in table order: those named by `only` (--check), else every check that is not opt-in;
     the ones in `skip` are included (run_checks reports them as skipped)."""
     return [c for c in CHECKS if (c.name in only if only else not c.opt_in)]
-
-
-@dataclass
-class Context:
-    """What a check's `run` gets: the settings, the cluster, AWS, the clock, and notes the checks share."""
-
-    settings: VerifySettings
-    """The run's settings."""
-    kube: Any = None
-    """A kube.Kube (or a stand-in with the same methods); None when no check needs the cluster."""
-    aws_factory: Callable[[str | None], Any] | None = None
-    """region -> aws.Aws of the caller's identity; default builds one per region."""
-    clock: Clock = field(default_factory=RealClock)
-    """Wall time and sleep."""
-    state: dict[str, Any] = field(default_factory=dict)
-    """Notes from one check to a later one (e.g. which node ran the gpu-job)."""
-    _aws: dict[str | None, Any] = field(default_factory=dict)
-
-    def aws(self, region: str | None = None) -> Any:
-        """The caller's Aws for `region` (the settings' region, else the SDK's, when None)."""
-        region = region or self.settings.region
-        if region not in self._aws:
-            if self.aws_factory is not None:
-                self._aws[region] = self.aws_factory(region)
-            else:
-                from .aws import Aws
-
-                self._aws[region] = Aws(region)
-        return self._aws[region]
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one line: `Type: first line`."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def run_checks(ctx: Context, skip: tuple[str, ...] = (), on_result: Callable[[CheckResult], None] | None = None,

@@ -17,8 +17,9 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from .burst import MAX_PROBES
-from .checks import CHECK_NAMES, CHECKS, OPT_IN_NAMES, Context, run_checks, selected
+from .burst_probes import MAX_PROBES
+from .checks import CHECK_NAMES, CHECKS, OPT_IN_NAMES, run_checks, selected
+from .context import Context
 from .model import FAIL, CheckResult, Clock, VerifySettings, Workload
 
 PROG = "python -m components verify"

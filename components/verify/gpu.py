@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..spec.names import GPU_RESOURCE, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
+from .context import Context
 from .model import FAIL, PASS, SKIPPED, CheckResult, age_s, condition, fmt_age, labels_of, name_of
 
 NAME = "gpu-allocatable"
@@ -136,7 +137,7 @@ def judge_gpu_allocatable(nodepool_name: str, nodepool: dict | None, nodes: list
                                    f"{nodepool_name}", evidence), verdicts
 
 
-def run(ctx) -> CheckResult:
+def run(ctx: Context) -> CheckResult:
     """Look at the NodePool's nodes; while some are younger than the grace period and not yet allocatable, look
     again every poll interval (at most the grace period), then judge for good."""
     s = ctx.settings

@@ -17,6 +17,7 @@ from ..spec.names import (
     NODEPOOL_LABEL,
     WORKER_UID,
 )
+from .context import Context
 from .model import FAIL, PASS, CheckResult, condition, name_of
 
 NAME = "gpu-job"
@@ -175,7 +176,7 @@ def judge_gpu_job(job: dict | None, pods: list[dict], log: str, events: list[dic
     return CheckResult(NAME, FAIL, f"Job {name} did not finish within {int(deadline_s)} s ({state})", evidence)
 
 
-def run(ctx) -> CheckResult:
+def run(ctx: Context) -> CheckResult:
     """Create the probe Job, wait for it (up to its deadline plus 30 s), judge, and delete it on every path."""
     s = ctx.settings
     if not s.worker_image:

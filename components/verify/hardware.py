@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..spec.names import INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from ..spec.quantity import parse_quantity
+from .context import Context
 from .model import FAIL, PASS, SKIPPED, CheckResult, labels_of, name_of
 
 NAME = "hardware-ami"
@@ -221,7 +222,7 @@ def judge_hardware(nodepool_name: str, nodepool: dict | None, nodeclass: dict | 
                                    f"types on the {family} NVIDIA AMI", evidence)
 
 
-def run(ctx) -> CheckResult:
+def run(ctx: Context) -> CheckResult:
     """Read the NodePool, its EC2NodeClass, its nodes, then their instances and images from EC2, and judge."""
     s = ctx.settings
     nodepool = ctx.kube.get_nodepool(s.nodepool)

@@ -11,6 +11,7 @@ import os
 import uuid
 from dataclasses import dataclass
 
+from .context import Context
 from .model import FAIL, PASS, CheckResult, Workload
 
 NAME = "worker-iam"
@@ -125,7 +126,7 @@ def exercise(workload: Workload, bucket: str | None, prefix: str, base, *, in_po
     return steps
 
 
-def run(ctx) -> CheckResult:
+def run(ctx: Context) -> CheckResult:
     """Exercise each workload's worker role (once per distinct role and queue)."""
     s = ctx.settings
     steps: dict[str, list[Step]] = {}

@@ -9,6 +9,7 @@ from datetime import date, datetime, timezone
 from typing import Any
 
 from .. import catalogue
+from .context import Context
 from .keda import canonical, workload_versions
 from .model import FAIL, PASS, CheckResult, ns_name, parse_time
 
@@ -222,7 +223,7 @@ def _compare_calendar(k_minor: str, row: catalogue.EksSupport | None, eks_versio
                             f"['{k_minor}'].{attr} is {mine}: the catalogue's calendar is stale (update it in "
                             "components/catalogue/support.py)")
 
-def run(ctx) -> CheckResult:
+def run(ctx: Context) -> CheckResult:
     """Read the controllers, the NodePool CRD and /version, then (with a cluster name) the EKS cluster and EKS's
     support calendar for its minor, and judge on the clock's day (UTC)."""
     kube, s = ctx.kube, ctx.settings

@@ -194,7 +194,9 @@ def test_the_levers_pass_the_upstream_crd(upstream_crds, crd):
 def test_raid0_gives_the_schedulability_rule_the_nvme_as_ephemeral_storage():
     """Karpenter's allocatable ephemeral storage under RAID0 is the instance store ("<TotalSizeInGB>G") less the
     same reservations as a root volume; the policy pack's model must agree, or it would refuse pods that fit."""
-    from policies.schedulability import GI, Shape, allocatable
+    from components.spec.quantity import GI
+    from policies.capacity import allocatable
+    from policies.shapes import Shape
 
     t = catalogue.instance_type("g5.2xlarge")  # 450 GB NVMe
     on_root = Shape(None, "NodePool 'gpu'", {}, [], [t], root_volume_gib=100)

@@ -17,7 +17,7 @@ import pytest
 from components import catalogue
 from components import planning as planner
 from components.config import StackConfig, WorkloadConfig, parse_config
-from components.offline.synth import read_stack_config
+from components.config.files import read_stack_config
 from components.planning import (
     Burst,
     parse_burst,

@@ -12,12 +12,19 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pytest
-from pulumi_policy import (PolicyResource, PolicyResourceOptions, ResourceValidationArgs, ResourceValidationPolicy,
-                           StackValidationArgs, StackValidationPolicy)
+from pulumi_policy import (
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
 from pulumi_policy.deserialize import deserialize_properties
 from pulumi_policy.policy import PolicyCustomTimeouts
 from pulumi_policy.proxy import unknown_checking_proxy
@@ -170,7 +177,7 @@ def dead_letter_queue() -> dict:
     }
 
 
-def chart(name: str, version: Optional[str] = None) -> dict:
+def chart(name: str, version: str | None = None) -> dict:
     """A helm v4 Chart resource for a catalogue chart, at the catalogue's pin unless `version` is given."""
     pin = catalogue.CHARTS[name]
     if pin.repository.startswith("oci://"):
@@ -181,7 +188,7 @@ def chart(name: str, version: Optional[str] = None) -> dict:
     return props
 
 
-def cluster(version: Optional[str] = None) -> dict:
+def cluster(version: str | None = None) -> dict:
     """An eks:index:Cluster at the catalogue's Kubernetes pin unless `version` is given."""
     return {"name": "gpuburst-dev", "version": version if version is not None else catalogue.KUBERNETES_VERSION}
 
@@ -334,14 +341,14 @@ def run_resource_policy(policy: ResourceValidationPolicy, resource_type: str, pr
     return messages
 
 
-def run_stack_policy(policy: StackValidationPolicy, resources: list[tuple]) -> list[tuple[Optional[str], str]]:
+def run_stack_policy(policy: StackValidationPolicy, resources: list[tuple]) -> list[tuple[str | None, str]]:
     """(urn, message) pairs `policy` reports for a stack of (type, props) or (type, name, props)."""
     built = []
     for i, res in enumerate(resources):
         rtype, name, props = res if len(res) == 3 else (res[0], f"r{i}", res[1])
         built.append(PolicyResource(rtype, _proxied(props), f"urn:pulumi:dev::gpuburst::{rtype}::{name}", name,
                                     _opts(), None, None, [], {}))
-    found: list[tuple[Optional[str], str]] = []
+    found: list[tuple[str | None, str]] = []
     policy.validate(StackValidationArgs(built), lambda message, urn=None: found.append((urn, message)))
     return found
 
@@ -352,7 +359,7 @@ def run_rule() -> Callable[..., list[str]]:
 
 
 @pytest.fixture
-def run_stack() -> Callable[..., list[tuple[Optional[str], str]]]:
+def run_stack() -> Callable[..., list[tuple[str | None, str]]]:
     return run_stack_policy
 
 
@@ -371,7 +378,7 @@ def pack():
 def analyze(pack) -> Callable[..., harness.Report]:
     """`analyze(plan_doc, config=None)` -> Report, through the session's pack (Configure is sent every time)."""
 
-    def run(doc: dict, config: Optional[dict] = None) -> harness.Report:
+    def run(doc: dict, config: dict | None = None) -> harness.Report:
         return pack.analyze(harness.normalise_plan(doc), harness.parse_config(config or {}))
 
     return run

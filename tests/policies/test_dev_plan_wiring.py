@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from policies import hardware, schedulability, wiring
-from policies.schedulability import Res
+from policies import capacity, hardware, schedulability, shapes, wiring
+from policies.plan import Res
 from policies.unknowns import plain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,9 +134,9 @@ def test_the_device_plugin_requests_count_in_the_gpu_nodes_daemonset_overhead(de
     from components import catalogue
 
     resources = as_res(dev_plan)
-    [shape] = schedulability.nodepool_shapes(resources)
+    [shape] = shapes.nodepool_shapes(resources)
     t = catalogue.INSTANCE_TYPES["g5.2xlarge"]
-    used, names = schedulability.overhead(schedulability.daemonset_pods(resources), shape, t)
+    used, names = capacity.overhead(capacity.daemonset_pods(resources), shape, t)
     assert [n for n in names if "nvidia-device-plugin" in n and "mps" not in n], names
     assert not [n for n in names if "mps-control-daemon" in n], names  # never runs without an MPS sharing config
     assert used["cpu"] >= 0.05 and used["memory"] >= 64 * 2 ** 20, used

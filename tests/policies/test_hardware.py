@@ -10,7 +10,7 @@ import pytest
 from components import catalogue
 from components.catalogue import InstanceType
 from policies import hardware as rule
-from policies.schedulability import Res
+from policies.plan import Res
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH = {"torch": "2.13.0", "cuda": "13.0", "min_compute_capability": (7, 5), "min_driver": "580",

@@ -8,8 +8,21 @@ from pathlib import Path
 
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
 
-from policies import (ami, gpu_nodepool, hardware, harness, keda_provider, nodepool_diversity, pack, plan_complete,
-                      queues, schedulability, versions, wiring, workloads)
+from policies import (
+    ami,
+    gpu_nodepool,
+    hardware,
+    harness,
+    keda_provider,
+    nodepool_diversity,
+    pack,
+    plan_complete,
+    queues,
+    schedulability,
+    versions,
+    wiring,
+    workloads,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pulumi_policy import EnforcementLevel, StackValidationPolicy
 
 from policies import harness, pack, plan_complete
+from policies.plan import Res
 
 CHART = "kubernetes:helm.sh/v4:Chart"
 KEDA_URN = "urn:pulumi:dev::gpuburst::gpuburst:index:Keda$kubernetes:helm.sh/v4:Chart::gpuburst-keda"
@@ -11,27 +12,27 @@ KEDA = {"chart": "keda", "version": "2.20.2", "repositoryOpts": {"repo": "https:
 
 
 def test_a_chart_without_children_is_named():
-    found = plan_complete.shallow_charts([(CHART, KEDA_URN, None, KEDA)])
+    found = plan_complete.shallow_charts([Res(CHART, KEDA_URN, "gpuburst-keda", None, KEDA)])
     assert len(found) == 1
     urn, message = found[0]
     assert urn == KEDA_URN and "gpuburst-keda (chart keda 2.20.2)" in message and "shallow" in message
 
 
 def test_a_chart_with_children_passes_and_other_types_are_ignored():
-    child = ("kubernetes:apps/v1:Deployment", KEDA_URN + "$x::y", KEDA_URN, {})
-    assert plan_complete.shallow_charts([(CHART, KEDA_URN, None, KEDA), child]) == []
-    assert plan_complete.shallow_charts([("kubernetes:helm.sh/v3:Release", "urn:r", None, KEDA)]) == []
+    child = Res("kubernetes:apps/v1:Deployment", KEDA_URN + "$x::y", "y", KEDA_URN, {})
+    assert plan_complete.shallow_charts([Res(CHART, KEDA_URN, "gpuburst-keda", None, KEDA), child]) == []
+    assert plan_complete.shallow_charts([Res("kubernetes:helm.sh/v3:Release", "urn:r", "r", None, KEDA)]) == []
 
 
 def test_a_chart_with_unknown_inputs_says_which(samples):
     props = {**KEDA, "values": {"x": [1, plan_complete.UNKNOWN]}}
-    [(_, message)] = plan_complete.shallow_charts([(CHART, KEDA_URN, None, props)])
+    [(_, message)] = plan_complete.shallow_charts([Res(CHART, KEDA_URN, "gpuburst-keda", None, props)])
     assert "values.x[1] is unknown during preview" in message and "chart keda 2.20.2" in message
 
 
 def test_an_oci_chart_is_named_by_its_last_segment():
     props = {"chart": "oci://public.ecr.aws/karpenter/karpenter", "version": "1.14.1"}
-    [(_, message)] = plan_complete.shallow_charts([(CHART, "urn:pulumi:dev::p::t::k", None, props)])
+    [(_, message)] = plan_complete.shallow_charts([Res(CHART, "urn:pulumi:dev::p::t::k", "k", None, props)])
     assert "chart karpenter 1.14.1" in message
 
 

@@ -1,4 +1,4 @@
-"""Tests for the version rules. Every version used here is derived from `components.catalogue`, never restated."""
+"""Tests for the version rules (every version used here is derived from `components.catalogue`, never restated)."""
 from __future__ import annotations
 
 import pytest

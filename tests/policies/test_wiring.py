@@ -8,7 +8,7 @@ import json
 import pytest
 
 from policies import wiring as rule
-from policies.schedulability import Res
+from policies.plan import Res
 
 ACCOUNT = "123456789012"
 OPERATOR_ARN = f"arn:aws:iam::{ACCOUNT}:role/keda-operator-role"

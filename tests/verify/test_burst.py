@@ -14,9 +14,9 @@ from verify_fakes import NOW, FakeClock, FakeKube, items, load
 
 from components.config import BurstBudget, parse_config
 from components.offline.synth import read_stack_config
-from components.verify import burst, cli
+from components.verify import burst, burst_budget, burst_probes, burst_timeline, cli
 from components.verify.aws import Aws
-from components.verify.checks import Context
+from components.verify.context import Context
 from components.verify.model import VerifySettings, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,23 +29,23 @@ def _results(*pairs):
     for i, (name, at) in enumerate(pairs):
         summary = load(f"burst/{name}") if name else None
         written = datetime.fromisoformat(f"2026-11-02T{at}+00:00") if at else None
-        out.append(burst.ProbeResult(f"burst-1a2b3c4d-{i + 1}", written, summary))
+        out.append(burst_probes.ProbeResult(f"burst-1a2b3c4d-{i + 1}", written, summary))
     return out
 
 
 def _cold(**kw):
-    return burst.measured_timeline(SENT, items("burst/jobs_cold.json"), items("burst/pods_cold.json"),
+    return burst_timeline.measured_timeline(SENT, items("burst/jobs_cold.json"), items("burst/pods_cold.json"),
                                    items("burst/nodeclaims.json"), items("burst/events_cold.json"),
                                    _results(("summary_1.json", "10:04:36"), ("summary_2.json", "10:04:45")), **kw)
 
 
 def _warm():
-    return burst.measured_timeline(SENT, items("burst/jobs_warm.json"), items("burst/pods_warm.json"),
+    return burst_timeline.measured_timeline(SENT, items("burst/jobs_warm.json"), items("burst/pods_warm.json"),
                                    items("burst/nodeclaims.json"), items("burst/events_warm.json"),
                                    _results(("summary_1.json", "10:01:23")))
 
 
-PRED = burst.Prediction("slides", "scaledjob", 2, {"poll": 30.0, "nodeclaim": 13.0, "ec2_ready": 40.0,
+PRED = burst_budget.Prediction("slides", "scaledjob", 2, {"poll": 30.0, "nodeclaim": 13.0, "ec2_ready": 40.0,
                                                    "gpu_registered": 36.0, "image_pull": 121.0, "model_load": 45.0,
                                                    "per_item": 8.0}, 293.0, 293.0, 293.0, 293.0)
 """A planner prediction as recorded (catalogue stage defaults, dev stack, 2 probes), so the verdict tests do not
@@ -92,7 +92,7 @@ def test_warm_node_has_no_node_stages_and_a_cached_image():
 
 
 def test_pod_never_scheduled_is_a_clear_problem_not_a_crash():
-    t = burst.measured_timeline(SENT, items("burst/jobs_pending.json"), items("burst/pods_pending.json"),
+    t = burst_timeline.measured_timeline(SENT, items("burst/jobs_pending.json"), items("burst/pods_pending.json"),
                                 items("burst/nodeclaims_pending.json"), items("burst/events_pending.json"),
                                 _results((None, None), (None, None)), waited_s=600)
     assert t.time_to_first_result_s is None and t.time_to_last_result_s is None
@@ -105,7 +105,7 @@ def test_pod_never_scheduled_is_a_clear_problem_not_a_crash():
 
 
 def test_no_job_at_all_is_named():
-    t = burst.measured_timeline(SENT, [], [], [], [], _results((None, None)), waited_s=90)
+    t = burst_timeline.measured_timeline(SENT, [], [], [], [], _results((None, None)), waited_s=90)
     assert t.problems == ("the ScaledJob created no Job for the burst within 90 s",
                           "1 of 1 probe(s) wrote no result within 90 s: burst-1a2b3c4d-1")
 
@@ -113,13 +113,14 @@ def test_no_job_at_all_is_named():
 @pytest.mark.parametrize("text,seconds", [("1m58.2s", 118.2), ("850ms", 0.85), ("1h2m3s", 3723.0), ("2s", 2.0),
                                           ("", None), ("soon", None)])
 def test_go_durations(text, seconds):
-    assert burst.go_duration_s(text) == (pytest.approx(seconds) if seconds is not None else None)
+    assert burst_timeline.go_duration_s(text) == (pytest.approx(seconds) if seconds is not None else None)
 
 
 def test_pull_duration_prefers_the_time_including_waiting():
-    assert burst.pull_duration_s('Successfully pulled image "x" in 2m4.9s (2m5.1s including waiting). Image size: '
-                                 '4203471040 bytes.') == pytest.approx(125.1)
-    assert burst.pull_duration_s('Successfully pulled image "x" in 850ms. Image size: 1 bytes.') == pytest.approx(0.85)
+    pulled = burst_timeline.pull_duration_s
+    assert pulled('Successfully pulled image "x" in 2m4.9s (2m5.1s including waiting). Image size: '
+                  '4203471040 bytes.') == pytest.approx(125.1)
+    assert pulled('Successfully pulled image "x" in 850ms. Image size: 1 bytes.') == pytest.approx(0.85)
 
 
 # --- prediction, budget, verdict -------------------------------------------------------------------------------------
@@ -127,31 +128,31 @@ def test_pull_duration_prefers_the_time_including_waiting():
 def test_prediction_is_the_planners_for_the_probe_burst(dev_config):
     from components.planning import Burst, plan_workload
 
-    p = burst.predicted(dev_config, "slides", 2)
+    p = burst_budget.predicted(dev_config, "slides", 2)
     plan = plan_workload(dev_config, dev_config.workloads[0], Burst(2)).patterns["scaledjob"]
     assert p.pattern == "scaledjob" and p.items == 2
     assert p.time_to_first_result_s == plan.time_to_first_result_s
     assert p.stages["image_pull"] == plan.stages["image_pull"] and p.stages["model_load"] == plan.stages["model_load"]
-    assert burst.default_workload(dev_config) == "slides"
+    assert burst_budget.default_workload(dev_config) == "slides"
     with pytest.raises(Exception, match="--burst-workload: 'nope'"):
-        burst.predicted(dev_config, "nope", 2)
+        burst_budget.predicted(dev_config, "nope", 2)
 
 
 def test_budget_from_config_flags_or_the_cold_prediction(dev_config):
-    p = burst.predicted(dev_config, "slides", 2)
-    default = burst.budget_for(None, p)
+    p = burst_budget.predicted(dev_config, "slides", 2)
+    default = burst_budget.budget_for(None, p)
     assert default.first_result_s == pytest.approx(round(p.cold_first_result_s * 1.5, 1))
     assert "no gpuburst:burstBudget" in default.source and "x 1.5" in default.source
-    from_config = burst.budget_for(BurstBudget(240, 270), p)
+    from_config = burst_budget.budget_for(BurstBudget(240, 270), p)
     assert (from_config.first_result_s, from_config.last_result_s, from_config.source) == (240, 270,
                                                                                            "gpuburst:burstBudget")
-    flags = burst.budget_for(BurstBudget(240, 270), p, last_override=500)
+    flags = burst_budget.budget_for(BurstBudget(240, 270), p, last_override=500)
     assert (flags.first_result_s, flags.last_result_s) == (240, 500) and flags.source.startswith("--burst-")
 
 
 def test_cold_burst_within_the_default_budget_passes_and_prints_the_timeline():
     p = PRED
-    ok, lines = burst.judge(_cold(), p, burst.budget_for(None, p))
+    ok, lines = burst_budget.judge(_cold(), p, burst_budget.budget_for(None, p))
     assert ok, lines
     row = next(line for line in lines if line.startswith("ec2_ready"))
     assert row.split() == ["ec2_ready", "49.0", "s", "40.0", "s", "(+9", "s)"]
@@ -163,7 +164,7 @@ def test_cold_burst_within_the_default_budget_passes_and_prints_the_timeline():
 
 def test_budget_fail_names_first_and_last_result_and_the_stage_that_overran_most():
     p = PRED
-    ok, lines = burst.judge(_cold(), p, burst.budget_for(BurstBudget(240, 270), p))
+    ok, lines = burst_budget.judge(_cold(), p, burst_budget.budget_for(BurstBudget(240, 270), p))
     assert not ok
     assert lines[0] == "time to first result 276 s exceeds the budget of 240 s by 36 s"
     assert lines[1] == "time to last result 285 s exceeds the budget of 270 s by 15 s"
@@ -173,7 +174,7 @@ def test_budget_fail_names_first_and_last_result_and_the_stage_that_overran_most
 
 def test_warm_node_verdict_says_warm_node_and_cached():
     p = PRED
-    ok, lines = burst.judge(_warm(), p, burst.budget_for(None, p))
+    ok, lines = burst_budget.judge(_warm(), p, burst_budget.budget_for(None, p))
     assert ok
     for stage in ("nodeclaim", "ec2_ready", "gpu_registered"):
         assert "warm node" in next(line for line in lines if line.startswith(stage))
@@ -182,10 +183,10 @@ def test_warm_node_verdict_says_warm_node_and_cached():
 
 def test_missing_results_fail_with_the_problems():
     p = PRED
-    t = burst.measured_timeline(SENT, items("burst/jobs_pending.json"), items("burst/pods_pending.json"),
+    t = burst_timeline.measured_timeline(SENT, items("burst/jobs_pending.json"), items("burst/pods_pending.json"),
                                 items("burst/nodeclaims_pending.json"), items("burst/events_pending.json"),
                                 _results((None, None), (None, None)), waited_s=600)
-    ok, lines = burst.judge(t, p, burst.budget_for(None, p))
+    ok, lines = burst_budget.judge(t, p, burst_budget.budget_for(None, p))
     assert not ok
     assert lines[0].startswith("time to first result: none within the wait")
     assert any(line.startswith("problem: pod slides-p3nd1-c7v2m: never scheduled within 600 s") for line in lines)
@@ -197,7 +198,7 @@ def test_probe_slide_opens_in_the_worker_at_half_a_micron(tmp_path):
     from worker.slides.detect import open_slide
 
     path = tmp_path / "probe.tif"
-    path.write_bytes(burst.probe_tiff(seed=3))
+    path.write_bytes(burst_probes.probe_tiff(seed=3))
     assert path.stat().st_size < 4 * 2**20
     with open_slide(path) as slide:
         assert (slide.width, slide.height) == (1024, 1024)
@@ -212,7 +213,7 @@ def test_probe_message_is_the_worker_contract_and_not_a_keda_probe():
     from worker.consumer import verify_probe_id
     from worker.messages import parse_message
 
-    p = burst.make_probes("0a1b2c3d-aaaa-4bbb-8ccc-000000000000", 2, slides_bucket="gpuburst-dev-slides",
+    p = burst_probes.make_probes("0a1b2c3d-aaaa-4bbb-8ccc-000000000000", 2, slides_bucket="gpuburst-dev-slides",
                           slides_prefix="slides/", results_bucket="gpuburst-dev-results", results_prefix="results")
     m = parse_message(p[1].body())
     assert str(m.slide) == ("s3://gpuburst-dev-slides/slides/gpuburst-verify/0a1b2c3d-aaaa-4bbb-8ccc-000000000000/"
@@ -220,7 +221,7 @@ def test_probe_message_is_the_worker_contract_and_not_a_keda_probe():
     assert str(m.summary_uri) == f"s3://gpuburst-dev-results/{p[1].summary_key}"
     assert p[1].summary_key.startswith("results/gpuburst-verify/")
     # the worker acknowledges (deletes unprocessed) anything with keda's attribute; a burst probe must be processed
-    msg = {"Body": p[0].body(), "MessageAttributes": {burst.BURST_ATTRIBUTE: {"StringValue": "x",
+    msg = {"Body": p[0].body(), "MessageAttributes": {burst_probes.BURST_ATTRIBUTE: {"StringValue": "x",
                                                                               "DataType": "String"}}}
     assert verify_probe_id(msg) is None
 
@@ -332,7 +333,7 @@ def test_live_burst_measures_judges_and_cleans_up(aws, tmp_path):
     first = float(re.search(r"first result (\d+) s", r.summary).group(1))
     assert RESULT_AT_S - 3 <= first <= RESULT_AT_S + 3
     assert seen["mpp"] == [pytest.approx(0.5)] * 2  # the worker's own reader opened both probe slides
-    assert all(burst.BURST_ATTRIBUTE in a for a in seen["attrs"])
+    assert all(burst_probes.BURST_ATTRIBUTE in a for a in seen["attrs"])
     ev = "\n".join(r.evidence)
     assert re.search(r"^ec2_ready\s+49\.0 s\s", ev, re.M), ev
     assert "NodeClaim gpu-x8v2c" in ev and "warm node" not in ev  # gpu-warm1 existed before: not a burst node

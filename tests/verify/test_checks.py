@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from components.verify import checks
-from components.verify.checks import CHECKS, Context, run_checks
+from components.verify.checks import CHECKS, run_checks
+from components.verify.context import Context
 from components.verify.model import CheckResult, VerifySettings
 
 

@@ -6,7 +6,7 @@ import copy
 from verify_fakes import NOW, FakeKube, items, load
 
 from components.verify import gpu
-from components.verify.checks import Context
+from components.verify.context import Context
 from components.verify.model import VerifySettings
 
 

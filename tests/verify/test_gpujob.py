@@ -8,7 +8,7 @@ from verify_fakes import FakeKube, items, load
 
 from components import catalogue
 from components.verify import gpujob
-from components.verify.checks import Context
+from components.verify.context import Context
 from components.verify.model import VerifySettings
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "c" * 64

@@ -9,7 +9,7 @@ from verify_fakes import FakeKube, items, load
 
 from components.verify import hardware
 from components.verify.aws import Aws
-from components.verify.checks import Context
+from components.verify.context import Context
 from components.verify.model import VerifySettings
 
 NVIDIA = "amazon-eks-node-al2023-x86_64-nvidia-1.34-v20261101"

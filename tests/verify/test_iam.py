@@ -8,7 +8,7 @@ import pytest
 
 from components.verify import iam
 from components.verify.aws import Aws
-from components.verify.checks import Context
+from components.verify.context import Context
 from components.verify.model import VerifySettings, Workload
 
 ROLE = "arn:aws:iam::123456789012:role/gpuburst-dev-slides-worker"

@@ -8,9 +8,9 @@ import pytest
 from verify_fakes import NOW, FakeKube, items, load, load_crd
 
 from components import catalogue
-from components.verify import keda
+from components.verify import keda, keda_probe
 from components.verify.aws import Aws
-from components.verify.checks import Context
+from components.verify.context import Context
 from components.verify.model import VerifySettings
 
 TA_2_20 = "keda-v2.20.2-triggerauthentications.yaml"
@@ -177,7 +177,7 @@ def test_probe_creates_a_job_then_message_and_job_are_cleaned_up(aws, clock):
     url, sj, kube = _setup(sqs)
     _keda_creates_job_on_look(kube, sj, look=3)  # look 1 = before the probe; KEDA reacts a poll later
     ctx = _ctx(kube, clock)
-    ok, verdict, evidence = keda._probe(ctx, sj, keda.sqs_triggers(sj)[0])
+    ok, verdict, evidence = keda_probe._probe(ctx, sj, keda_probe.sqs_triggers(sj)[0])
     assert ok, evidence
     assert "Job slides-x7p2q appeared" in verdict
     assert _visible(sqs, url) == 0
@@ -199,8 +199,8 @@ def test_probe_message_is_marked_for_the_worker(aws, clock):
     kube.on_list_jobs = lambda k, ns: look_like_the_worker(k, ns) if kube.jobs_listed_once else \
         setattr(kube, "jobs_listed_once", True)
     kube.jobs_listed_once = False
-    keda._probe(_ctx(kube, clock), sj, keda.sqs_triggers(sj)[0])
-    probe_id = seen["MessageAttributes"][keda.PROBE_ATTRIBUTE]["StringValue"]
+    keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
+    probe_id = seen["MessageAttributes"][keda_probe.PROBE_ATTRIBUTE]["StringValue"]
     assert json.loads(seen["Body"]) == {"verify_probe": probe_id}
     assert _visible(sqs, url) == 0
 
@@ -208,7 +208,7 @@ def test_probe_message_is_marked_for_the_worker(aws, clock):
 def test_no_job_after_the_deadline_fails_and_the_probe_is_removed(aws, clock):
     sqs = boto3.client("sqs")
     url, sj, kube = _setup(sqs)
-    ok, verdict, evidence = keda._probe(_ctx(kube, clock), sj, keda.sqs_triggers(sj)[0])
+    ok, verdict, evidence = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
     assert not ok
     assert verdict == (f"ScaledJob gpuburst/slides: created no Job within 90 s (pollingInterval 30 s + margin) of a "
                        f"probe message on {url}")
@@ -222,13 +222,13 @@ def test_busy_queue_real_work_is_never_received_and_nothing_is_deleted(aws, cloc
     url, sj, kube = _setup(sqs)
     sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"slide": "s3://slides/a.tif", "output": "s3://r/o/"}))
     _keda_creates_job_on_look(kube, sj, look=2)
-    ok, _, evidence = keda._probe(_ctx(kube, clock), sj, keda.sqs_triggers(sj)[0])
+    ok, _, evidence = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
     assert ok
     assert any("left for the worker" in e for e in evidence)
     assert any("left to finish" in e for e in evidence) and kube.deleted == []
     msgs = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["ApproximateReceiveCount"],
                                MessageAttributeNames=["All"])["Messages"]
-    real = [m for m in msgs if keda.PROBE_ATTRIBUTE not in (m.get("MessageAttributes") or {})]
+    real = [m for m in msgs if keda_probe.PROBE_ATTRIBUTE not in (m.get("MessageAttributes") or {})]
     assert len(real) == 1 and real[0]["Attributes"]["ApproximateReceiveCount"] == "1"  # verify never received it
     assert len(msgs) == 2  # the probe stays for the worker to acknowledge
 
@@ -247,7 +247,7 @@ def test_probe_consumed_by_a_started_worker_leaves_the_job_running(aws, clock):
             k.jobs.append(job)
             k.pods.append(pod)
     kube.on_list_jobs = hook
-    ok, _, evidence = keda._probe(_ctx(kube, clock), sj, keda.sqs_triggers(sj)[0])
+    ok, _, evidence = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
     assert ok
     assert any("taken by the worker" in e for e in evidence)
     assert kube.deleted == []
@@ -264,7 +264,7 @@ def test_fifo_queue_probe_uses_its_own_message_group(aws, clock):
                                          VisibilityTimeout=0).get("Messages", []):
                 groups.append(m["Attributes"]["MessageGroupId"])
     kube.on_list_jobs = hook
-    keda._probe(_ctx(kube, clock), sj, keda.sqs_triggers(sj)[0])
+    keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
     assert groups and groups[0].startswith("gpuburst-verify-")
 
 

@@ -11,7 +11,7 @@ from verify_fakes import NOW, FakeClock, FakeKube, load, pinned, pinned_server, 
 from components import catalogue
 from components.verify import versions
 from components.verify.aws import Aws, AwsError
-from components.verify.checks import Context
+from components.verify.context import Context
 from components.verify.model import VerifySettings
 
 CLUSTER = "gpuburst-dev"

@@ -1,0 +1,182 @@
+"""The stack's configuration as typed, frozen dataclasses (StackConfig and what it holds), with a docstring per field
+giving units and defaults; parse.py builds them from `Pulumi.<stack>.yaml`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import catalogue
+from ..planning.chooser import choose_pattern
+from ..spec.workload import WorkloadFacts, parallel_blocker
+
+NAMESPACE = "gpuburst"
+"""The Pulumi config namespace of this project: keys are written `gpuburst:<key>`."""
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """One queue-driven GPU workload, described by its facts; the pattern chooser picks ScaledJob or consumer."""
+
+    name: str
+    """Workload name (lower-case, used in resource and queue names)."""
+    items_independent: bool = True
+    """True when messages can be processed in any order by any worker. Default: True."""
+    ordered: bool = False
+    """True when messages of one study must be processed in order (FIFO queue, message group = study).
+    Default: False."""
+    stateful: bool = False
+    """True when state is carried from one message to the next (per-study state). Default: False."""
+    model_load_s: float = 45.0
+    """Seconds to load the model in a fresh process (the cold start a Job pays per message). Default: 45."""
+    seconds_per_item: float = 8.0
+    """Seconds of GPU work per message once the model is loaded. Default: 8."""
+    burst_items: int = 20
+    """Typical number of messages in one burst. Default: 20."""
+    expected_processing_s: int = 300
+    """Declared upper bound of one message's processing time, in seconds; the visibility timeout is twice this.
+    Default: 300."""
+    max_replicas: int = 8
+    """Most GPU Jobs at once for a ScaledJob (also bounds GPU spend). Default: 8."""
+    pattern: str | None = None
+    """Force `scaledjob` or `consumer`; None lets the chooser decide. A ScaledJob for ordered or stateful work is
+    refused. Default: None."""
+
+    def facts(self) -> WorkloadFacts:
+        """The chooser's facts for this workload."""
+        return WorkloadFacts(items_independent=self.items_independent, state_across_messages=self.stateful,
+                             ordered=self.ordered, model_load_s=self.model_load_s,
+                             seconds_per_item=self.seconds_per_item, burst_items=self.burst_items,
+                             max_replicas=self.max_replicas)
+
+    @property
+    def runs_as_consumer(self) -> bool:
+        """True when the workload runs as the persistent consumer (forced, required by its facts, or chosen)."""
+        if self.pattern == "consumer" or parallel_blocker(self.facts()) is not None:
+            return True
+        return self.pattern is None and choose_pattern(self.facts()).pattern == "consumer"
+
+
+WARM_GPUS_MAX = 64
+"""Most GPUs a warm floor may keep up (a floor is a few idle GPUs, not a fleet; it also stays within gpuLimit)."""
+
+
+@dataclass(frozen=True)
+class WarmGpus:
+    """A schedule during which `count` GPU nodes are kept up (placeholder pods), so a burst skips the node start."""
+
+    count: int
+    """GPUs (GPU nodes, one placeholder pod each) kept warm inside the schedule, 1 to WARM_GPUS_MAX and at most
+    gpuLimit. Required."""
+    start: str
+    """Cron expression (5 fields, KEDA `cron` scaler `start`, in `timezone`) at which the floor comes up. Required."""
+    end: str
+    """Cron expression (5 fields, KEDA `cron` scaler `end`, in `timezone`) at which the floor goes back to zero.
+    Required."""
+    timezone: str
+    """IANA time zone of `start` and `end`, e.g. Europe/London (checked with zoneinfo). Required."""
+
+
+BURST_BUDGET_MAX_S = 86_400
+"""Longest budget a stack may set, seconds (a day: a burst slower than that is not a burst)."""
+
+
+@dataclass(frozen=True)
+class BurstBudget:
+    """How long a burst of verify's probe slides may take, from sending to results (`verify --check burst`)."""
+
+    first_result_s: float
+    """Seconds from sending the burst to the first probe's result summary in S3, > 0 and <= BURST_BUDGET_MAX_S.
+    Required (no default: without a burstBudget, verify uses the planner's cold prediction x 1.5)."""
+    last_result_s: float
+    """Seconds from sending the burst to the last probe's result summary, >= first_result_s and <=
+    BURST_BUDGET_MAX_S. Required (no default, as above)."""
+
+
+def _default_workloads() -> tuple[WorkloadConfig, ...]:
+    return (
+        WorkloadConfig(name="slides", items_independent=True, ordered=False, stateful=False, burst_items=200),
+        WorkloadConfig(name="studies", items_independent=False, ordered=True, stateful=True, burst_items=20),
+    )
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Everything a stack can set under `gpuburst:`; every field has a default except the environment name."""
+
+    environment: str = "dev"
+    """Environment name, used in resource names (`gpuburst-<environment>`). Default: the stack name."""
+    region: str = "us-east-1"
+    """AWS region (from `aws:region`). Default: us-east-1."""
+    kubernetes_version: str = catalogue.KUBERNETES_VERSION
+    """EKS Kubernetes version. Default: the catalogue's pin. Judged against the EKS support calendar
+    (catalogue.EKS_SUPPORT): within 90 days of its end of standard support the stack is told (advisory); past it the
+    config is refused unless upgrade_support_type is EXTENDED."""
+    upgrade_support_type: str = catalogue.DEFAULT_SUPPORT_TYPE
+    """The cluster's `upgradePolicy.supportType`: STANDARD (EKS auto-upgrades the control plane at the end of
+    standard support; no extended-support charge) or EXTENDED (the version stays, billed at 6x the control-plane price
+    until the end of extended support). Default: STANDARD (EKS's own default, when unset, is EXTENDED)."""
+    karpenter_version: str = catalogue.KARPENTER_VERSION
+    """Karpenter (and karpenter-crd) chart version. Default: the catalogue's pin."""
+    keda_version: str = catalogue.KEDA_VERSION
+    """KEDA chart version; schemas are checked against it. Default: the catalogue's pin."""
+    keda_provider: str = "aws"
+    """TriggerAuthentication `podIdentity.provider`. Default: aws."""
+    keda_identity_owner: str | None = None
+    """`podIdentity.identityOwner` (keda|workload) instead of a roleArn. Default: None (use a roleArn)."""
+    gpu_instance_types: tuple[str, ...] = ("g4dn.xlarge", "g4dn.2xlarge", "g5.xlarge", "g5.2xlarge")
+    """Instance types the GPU NodePool may launch, each in `catalogue.INSTANCE_TYPES`: a family of sizes, never one
+    type. Default: g4dn/g5 xlarge+2xlarge."""
+    gpu_capacity_types: tuple[str, ...] = ("spot", "on-demand")
+    """Karpenter capacity types the GPU NodePool may buy. Their order means nothing: with spot allowed Karpenter
+    always prefers spot and falls back to on-demand when spot is short. Persistent consumers (ordered/stateful work)
+    always select on-demand nodes themselves (`nodepool.ON_DEMAND_NODE_SELECTOR`), so the list must include on-demand
+    when a workload runs as a consumer. Default: spot and on-demand."""
+    gpu_limit: int = 8
+    """Most GPUs the NodePool may hold at once (a burst never buys unbounded GPUs). Default: 8."""
+    device_plugin_cdi_feature_flags: tuple[str, ...] = catalogue.DEVICE_PLUGIN_CDI_FEATURE_FLAGS
+    """CDI feature flags of the NVIDIA device plugin (chart value `cdi.featureFlags`, comma-joined), each lower-case
+    words joined by '-'. Default: catalogue.DEVICE_PLUGIN_CDI_FEATURE_FLAGS (`disable-nvsandboxutils`, the AL2023
+    NVIDIA AMI v20260423 workaround); `[]` sets none."""
+    ami_alias: str = "al2023@latest"
+    """EC2NodeClass AMI alias: al2023@latest or a pinned al2023@vYYYYMMDD. Default: al2023@latest."""
+    system_node_instance_type: str = "m6i.large"
+    """Instance type of the system node group that runs controllers. Default: m6i.large."""
+    system_node_count: int = 2
+    """Nodes in the system node group. Default: 2."""
+    endpoint_public_access: bool = True
+    """Whether the EKS API endpoint is reachable from the internet. Default: True."""
+    public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    """CIDRs allowed to reach the public endpoint. Default: anywhere (restrict it in production)."""
+    max_receive_count: int = 3
+    """Receives before a message moves to the dead-letter queue. Default: 3."""
+    oldest_message_alarm_s: int = 900
+    """Alarm when the oldest waiting message is older than this many seconds. Default: 900."""
+    alarm_emails: tuple[str, ...] = ()
+    """E-mail addresses subscribed to the alarm topics. Required: at least one (each must confirm AWS's e-mail)."""
+    workloads: tuple[WorkloadConfig, ...] = field(default_factory=_default_workloads)
+    """The queue-driven GPU workloads. Default: `slides` (independent) and `studies` (ordered, stateful)."""
+    polling_interval_s: int = catalogue.KEDA_DEFAULT_POLLING_INTERVAL_S
+    """Seconds between KEDA's queue-length polls of every ScaledJob (spec.pollingInterval), 5-3600. Default: 30."""
+    karpenter_batch_idle_s: int = 1
+    """Karpenter `settings.batchIdleDuration`, seconds: a provisioning batch ends after this long without a new
+    pending pod, 1-600. Default: 1 (Karpenter's)."""
+    karpenter_batch_max_s: int = 10
+    """Karpenter `settings.batchMaxDuration`, seconds: the longest a provisioning batch may grow, 1-600 and at least
+    karpenter_batch_idle_s. Default: 10 (Karpenter's)."""
+    gpu_instance_store_policy: str = "RAID0"
+    """EC2NodeClass `instanceStorePolicy` of GPU nodes: `RAID0` puts kubelet, containerd and SOCI state on a RAID0 of
+    the instance's local NVMe (every catalogued GPU type has some), so image layers are written at NVMe speed instead
+    of the gp3 root volume's 125 MiB/s, and ephemeral storage is the NVMe's size; `none` keeps them on the root
+    volume. Default: RAID0."""
+    fast_image_pull: bool = True
+    """Turn on AL2023 nodeadm's `FastImagePull` feature gate (SOCI parallel pull and unpack) in the GPU nodes'
+    NodeConfig user data. Needs the image store on the RAID0 or a root volume of >= 600 MiB/s (nodeadm's advice:
+    slower below), so it is refused with `gpuInstanceStorePolicy: none`. Default: true."""
+    warm_gpus: WarmGpus | None = None
+    """A warm GPU floor (placeholder pods kept up on a cron schedule). Default: None (the GPU pool scales to zero)."""
+    burst_budget: BurstBudget | None = None
+    """The time budget of `verify --check burst`. Default: None (verify uses the planner's cold prediction x 1.5)."""
+
+    @property
+    def name_prefix(self) -> str:
+        """`gpuburst-<environment>`, the prefix of every physical name."""
+        return f"gpuburst-{self.environment}"
