@@ -11,8 +11,8 @@ CHARTS_HELP = ("chart cache folder of <chart>-<version>.tgz archives (default: $
 
 
 def _synth(argv: list[str]) -> int:
-    from .offline.synth import SynthError, checkov_charts, summary, synth
     from .spec.validation import ConfigError
+    from .synth.synth import SynthError, checkov_charts, summary, synth
 
     parser = argparse.ArgumentParser(
         prog="python -m components synth",
@@ -40,7 +40,7 @@ def _synth(argv: list[str]) -> int:
 
 def _charts(argv: list[str]) -> int:
     from . import catalogue
-    from .offline.charts import PULL_TIMEOUT_S, ChartError, pull, pull_destination
+    from .synth.charts import PULL_TIMEOUT_S, ChartError, pull, pull_destination
 
     parser = argparse.ArgumentParser(
         prog="python -m components charts",
@@ -60,7 +60,7 @@ def _charts(argv: list[str]) -> int:
     cache, source = pull_destination(args.charts)
     pins = list(catalogue.CHARTS.values())
     if args.if_missing:
-        from .offline.charts import archive_name, search_path
+        from .synth.charts import archive_name, search_path
 
         where = search_path(args.charts)
         pins = [p for p in pins if not any((d / archive_name(p.chart, p.version)).is_file() for d in where)]

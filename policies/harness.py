@@ -10,7 +10,7 @@ prints (with a timeout), connects `pulumi.runtime.proto.analyzer_pb2_grpc.Analyz
 3. `Analyze` once per resource (type, properties as a Struct, urn, name, options with the parent), then
    `AnalyzeStack` with every resource (parent and dependencies included).
 
-Properties travel as the engine sends them: the plan's unknown marker (`components.offline.mocks.UNKNOWN`) and the
+Properties travel as the engine sends them: the plan's unknown marker (`components.synth.mocks.UNKNOWN`) and the
 engine's own sentinels both become the engine's unknown string sentinel. The subprocess is always stopped (terminate,
 wait with a timeout, kill, wait with a timeout) on every path; every wait and every RPC has a timeout.
 """
@@ -31,7 +31,7 @@ import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
-from components.offline.mocks import UNKNOWN as PLAN_UNKNOWN
+from components.synth.mocks import UNKNOWN as PLAN_UNKNOWN
 
 from .unknowns import SENTINELS, UNKNOWN_STRING
 

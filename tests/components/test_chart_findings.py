@@ -11,7 +11,7 @@ import pytest
 from components import catalogue
 from components.catalogue import chart_findings
 from components.catalogue.chart_findings import CHART_FINDINGS, NEVER_EXCUSED, object_of, stale, unexplained
-from components.offline import charts
+from components.synth import charts
 
 needs_charts = pytest.mark.skipif(not charts.SHARED_CHARTS.is_dir(), reason=f"the pinned chart archives are not at "
                                   f"{charts.SHARED_CHARTS} (../shared/charts is absent)")

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from components import catalogue
-from components.offline import charts
-from components.offline.mocks import UNKNOWN
+from components.synth import charts
+from components.synth.mocks import UNKNOWN
 from tests.components.conftest import run_synth
 from tests.components.crd_oracle import check_against_crd
 

@@ -8,8 +8,8 @@ import pytest
 
 from components.catalogue import KUBERNETES_VERSION
 from components.cluster import Cluster, ClusterArgs
-from components.offline.mocks import RealisticMocks, run_under_mocks
 from components.spec.validation import ConfigError
+from components.synth.mocks import RealisticMocks, run_under_mocks
 
 NAME = "burst-dev"
 DEFAULT_SUBNETS = ["subnet-0default0a", "subnet-0default0b", "subnet-0default0c"]

@@ -10,10 +10,10 @@ import pytest
 
 from components.catalogue import KUBERNETES_VERSION
 from components.consumer import GpuConsumer, GpuConsumerArgs, consumer_deployment_manifest, disruption_budget_manifest
-from components.offline.mocks import run_under_mocks
 from components.pod import WorkerPodSettings
 from components.spec.policy_documents import allow_wildcard_actions
 from components.spec.validation import ConfigError
+from components.synth.mocks import run_under_mocks
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "ef" * 32
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/gpuburst-dev-studies.fifo"

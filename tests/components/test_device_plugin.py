@@ -5,8 +5,8 @@ import pytest
 
 from components.catalogue import CHARTS
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, device_plugin_values
-from components.offline.mocks import run_under_mocks
 from components.spec.validation import ConfigError
+from components.synth.mocks import run_under_mocks
 
 PIN = CHARTS["nvidia-device-plugin"]
 

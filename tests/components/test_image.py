@@ -13,8 +13,8 @@ import pytest
 from components import catalogue
 from components import image as im
 from components.image import WorkerImage, WorkerImageArgs
-from components.offline.mocks import FAKE_ACCOUNT, RealisticMocks, run_under_mocks
 from components.spec.validation import ConfigError
+from components.synth.mocks import FAKE_ACCOUNT, RealisticMocks, run_under_mocks
 
 REPO_URL_PREFIX = f"{FAKE_ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/"
 

@@ -20,8 +20,8 @@ from components.karpenter import (
 )
 from components.nodeclass import Ec2NodeClass, Ec2NodeClassArgs
 from components.nodepool import GpuNodePool, GpuNodePoolArgs
-from components.offline.mocks import FAKE_ACCOUNT, UNKNOWN, run_under_mocks
 from components.spec.validation import ConfigError
+from components.synth.mocks import FAKE_ACCOUNT, UNKNOWN, run_under_mocks
 
 CLUSTER = "burst-dev"
 NODE_ROLE_ARN = f"arn:aws:iam::{FAKE_ACCOUNT}:role/{CLUSTER}-karpenter-node"
@@ -328,7 +328,7 @@ def test_batch_settings_default_to_karpenters_and_are_written_as_durations():
 def test_batch_settings_keys_are_the_charts():
     import tarfile
 
-    from components.offline.charts import SHARED_CHARTS
+    from components.synth.charts import SHARED_CHARTS
     archive = SHARED_CHARTS / f"karpenter-{CHARTS['karpenter'].version}.tgz"
     if not archive.is_file():
         pytest.skip(f"{archive} is absent")

@@ -19,9 +19,9 @@ from components.keda import (
     operator_assume_policy,
     trigger_authentication_manifest,
 )
-from components.offline.mocks import run_under_mocks
 from components.spec.policy_documents import allow_wildcard_actions
 from components.spec.validation import ConfigError
+from components.synth.mocks import run_under_mocks
 from tests.components.crd_oracle import validate_against_crd
 
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:slides"

@@ -17,8 +17,8 @@ from components.nodeclass import (
     instance_store_policy_for,
     node_config_user_data,
 )
-from components.offline.mocks import run_under_mocks
 from components.spec.validation import ConfigError
+from components.synth.mocks import run_under_mocks
 from tests.components import crd_oracle
 
 CRD = "karpenter-v1.14.1-ec2nodeclasses.yaml"

@@ -9,9 +9,9 @@ import pytest
 
 from components.device_plugin import device_plugin_values
 from components.nodepool import DEFAULT_GPU_INSTANCE_TYPES, GpuNodePool, GpuNodePoolArgs, gpu_nodepool_manifest
-from components.offline.mocks import UNKNOWN, run_under_mocks
 from components.spec.names import GPU_TOLERATION
 from components.spec.validation import ConfigError
+from components.synth.mocks import UNKNOWN, run_under_mocks
 from tests.components import crd_oracle
 
 CRD = "karpenter-v1.14.1-nodepools.yaml"

@@ -82,7 +82,7 @@ def test_readme_import_example_runs_under_mocks():
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     code = (
         "import json\n"
-        "from components.offline.mocks import run_under_mocks\n"
+        "from components.synth.mocks import run_under_mocks\n"
         f"snippet = {snippet!r}\n"
         "res = run_under_mocks(lambda: exec(snippet, {}))\n"
         "print(json.dumps(res.outputs))\n"
@@ -90,3 +90,10 @@ def test_readme_import_example_runs_under_mocks():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "sqs" in json.loads(out.stdout.strip().splitlines()[-1])["queueUrl"]
+
+
+def test_every_room_of_the_components_is_in_the_wheel():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    rooms = {".".join(("gpuburst", *p.parent.relative_to(ROOT / "components").parts))
+             for p in (ROOT / "components").rglob("__init__.py")}
+    assert rooms == listed, f"pyproject.toml packages {sorted(listed)} != the packages under components/ {sorted(rooms)}"

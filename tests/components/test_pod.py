@@ -8,11 +8,11 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components.catalogue import KUBERNETES_VERSION
-from components.offline.mocks import run_under_mocks
 from components.pod import hardened_pod_spec, hardened_pod_template, worker_network_policy, worker_policy
 from components.spec.policy_documents import allow_wildcard_actions
 from components.spec.validation import ConfigError
 from components.spec.worker_pod import WorkerPodSettings, image_digest_problem
+from components.synth.mocks import run_under_mocks
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "ab" * 32
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/slides"

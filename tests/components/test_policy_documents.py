@@ -7,9 +7,9 @@ import pulumi
 import pulumi_aws as aws
 import pytest
 
-from components.offline.mocks import run_under_mocks
 from components.spec import policy_documents as pd
 from components.spec.validation import ConfigError
+from components.synth.mocks import run_under_mocks
 
 QUEUE = "arn:aws:sqs:us-east-1:123456789012:slides"
 BUCKET = "arn:aws:s3:::gpuburst-dev-results"

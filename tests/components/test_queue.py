@@ -8,9 +8,9 @@ import pulumi
 import pytest
 
 from components import queue as q
-from components.offline.mocks import FAKE_ACCOUNT, run_under_mocks
 from components.queue import WorkQueue, WorkQueueArgs
 from components.spec.validation import ConfigError
+from components.synth.mocks import FAKE_ACCOUNT, run_under_mocks
 
 EMAILS = ["oncall@example.org"]
 

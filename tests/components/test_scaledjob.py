@@ -11,12 +11,12 @@ import pytest
 
 from components import catalogue
 from components.keda import Keda, KedaArgs
-from components.offline.mocks import run_under_mocks
 from components.pod import WorkerPodSettings
 from components.scaledjob import GpuScaledJob, GpuScaledJobArgs, ScaledJobSettings, scaled_job_manifest
 from components.spec.policy_documents import allow_wildcard_actions
 from components.spec.validation import ConfigError
 from components.spec.workload import WorkloadFacts
+from components.synth.mocks import run_under_mocks
 from tests.components.crd_oracle import validate_against_crd
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "cd" * 32

@@ -9,9 +9,9 @@ import pulumi
 import pytest
 
 from components import storage as st
-from components.offline.mocks import run_under_mocks
 from components.spec.validation import ConfigError
 from components.storage import SlideStorage, SlideStorageArgs
+from components.synth.mocks import run_under_mocks
 
 KEY = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000"
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from components import catalogue
-from components.offline.charts import CHART_TYPE, SHARED_CHARTS
+from components.synth.charts import CHART_TYPE, SHARED_CHARTS
 from tests.components.conftest import run_synth
 
 ROOT = Path(__file__).resolve().parents[2]

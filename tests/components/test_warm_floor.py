@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from components import catalogue
-from components.offline.mocks import run_under_mocks
 from components.pod import WorkerPodSettings, hardened_pod_spec
 from components.spec.names import GPU_NODE_SELECTOR, GPU_TOLERATION
 from components.spec.validation import ConfigError
+from components.synth.mocks import run_under_mocks
 from components.warm_floor import (
     PLACEHOLDER_PRIORITY,
     PLACEHOLDER_PRIORITY_CLASS,

@@ -192,7 +192,7 @@ def test_a_pack_that_ignores_terminate_is_killed():
 
 
 def test_wire_conversion_and_config_reconciliation(pack):
-    from components.offline.mocks import UNKNOWN as PLAN_UNKNOWN
+    from components.synth.mocks import UNKNOWN as PLAN_UNKNOWN
 
     struct = harness.to_struct({"a": PLAN_UNKNOWN, "b": [1, {"c": harness.UNKNOWN_STRING}], "d": None})
     assert struct["a"] == harness.UNKNOWN_STRING and struct["b"][1]["c"] == harness.UNKNOWN_STRING

@@ -106,8 +106,8 @@ def test_over_grpc_every_mandatory_rule_flags_its_unknown_as_mandatory(analyze, 
 
 
 def test_over_grpc_the_same_plan_with_plan_markers(analyze, samples):
-    # The synth writes unknowns as components.offline.mocks.UNKNOWN; the harness sends them as the engine's sentinel.
-    from components.offline.mocks import UNKNOWN as PLAN_UNKNOWN
+    # The synth writes unknowns as components.synth.mocks.UNKNOWN; the harness sends them as the engine's sentinel.
+    from components.synth.mocks import UNKNOWN as PLAN_UNKNOWN
 
     doc = unknown_everywhere(samples)
     text = json.dumps(doc).replace(samples.U, PLAN_UNKNOWN)

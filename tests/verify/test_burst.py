@@ -13,7 +13,7 @@ import pytest
 from verify_fakes import NOW, FakeClock, FakeKube, items, load
 
 from components.config import BurstBudget, parse_config
-from components.offline.synth import read_stack_config
+from components.synth.synth import read_stack_config
 from components.verify import burst, burst_budget, burst_probes, burst_timeline, cli
 from components.verify.aws import Aws
 from components.verify.context import Context
@@ -210,8 +210,8 @@ def test_probe_slide_opens_in_the_worker_at_half_a_micron(tmp_path):
 
 
 def test_probe_message_is_the_worker_contract_and_not_a_keda_probe():
-    from worker.consumer import verify_probe_id
     from worker.messages import parse_message
+    from worker.verify_probe import verify_probe_id
 
     p = burst_probes.make_probes("0a1b2c3d-aaaa-4bbb-8ccc-000000000000", 2, slides_bucket="gpuburst-dev-slides",
                           slides_prefix="slides/", results_bucket="gpuburst-dev-results", results_prefix="results")
