@@ -14,6 +14,7 @@ if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
 from moto_server import aws_env, moto_server, reset  # noqa: E402
+from synth_run import run_synth  # noqa: E402
 
 UPSTREAM_CRDS = ROOT.parent / "shared" / "upstream-crds"
 
@@ -46,3 +47,35 @@ def aws(moto_endpoint, monkeypatch) -> str:
     for k, v in aws_env(moto_endpoint).items():
         monkeypatch.setenv(k, v)
     return moto_endpoint
+
+
+@pytest.fixture(scope="session")
+def dev(tmp_path_factory):
+    """The dev stack synthesised once for the whole run, shared by the component, policy and plan tests:
+    {"out": folder, "plan": plan.json as a dict, "stdout": the summary}. Never skipped: the stack is what the pack
+    exists to guard. Tests that change the plan deep-copy it first."""
+    import json
+
+    out = tmp_path_factory.mktemp("synth-dev")
+    proc = run_synth(out, "--stack", "dev")
+    assert proc.returncode == 0, f"the synth failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return {"out": out, "plan": json.loads((out / "plan.json").read_text(encoding="utf-8")), "stdout": proc.stdout}
+
+
+SLOW_FIXTURES = {"dev", "dev_plan"}
+"""Fixtures that run the whole synth in a subprocess (once per session, but a test that needs one waits for it)."""
+SERVER_FIXTURES = {"moto_endpoint", "aws", "pack", "analyze"}
+"""Fixtures that start a server: a moto_server on loopback, or the policy pack's gRPC analyzer."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark tests by what they start, so `pytest -m "not slow and not server"` is a fast inner loop: `server` for a
+    moto_server or the pack's gRPC server, `slow` for the dev synth (modules that run synths, the worker's real
+    pipelines or subprocesses mark themselves with `pytestmark = pytest.mark.slow`)."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & SERVER_FIXTURES:
+            item.add_marker(pytest.mark.server)
+        if names & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .burst_budget import budget_for, default_workload, judge, predicted
 from .burst_probes import (
@@ -25,7 +25,10 @@ from .burst_probes import (
 )
 from .burst_timeline import measured_timeline
 from .context import Context
-from .model import FAIL, PASS, CheckResult
+from .model import FAIL, PASS, CheckResult, VerifySettings
+
+if TYPE_CHECKING:
+    from ..config import StackConfig
 
 NAME = "burst"
 
@@ -40,7 +43,7 @@ class _Run:
     sent: int = 0
 
 
-def _load_config(s: Any) -> Any:
+def _load_config(s: VerifySettings) -> StackConfig:
     from ..config import parse_config
     from ..config.files import read_stack_config
 
@@ -92,7 +95,7 @@ def run(ctx: Context) -> CheckResult:
         prediction = predicted(config, name, s.burst_probes, ctx.clock.now())
     except Exception as e:  # noqa: BLE001 - StackFileError, ConfigError, a bad file: one line, before any cost
         return _fail(f"cannot plan the burst: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    budget = budget_for(getattr(config, "burst_budget", None), prediction, first_override=s.burst_first_result_s,
+    budget = budget_for(config.burst_budget, prediction, first_override=s.burst_first_result_s,
                         last_override=s.burst_last_result_s)
     workload = next((w for w in s.workloads if w.name == name), None)
     if workload is None and len(s.workloads) == 1:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .burst_timeline import NODE_STAGES, STAGES, Timeline
+
+if TYPE_CHECKING:
+    from ..config import StackConfig
 
 BURST_TOLERANCE = 1.5
 """Without `gpuburst:burstBudget` (or budget flags), the budget is the planner's cold prediction x this."""
@@ -36,7 +39,7 @@ class Prediction:
     """Warm-floor nodes the planner assumed up at the burst. Default 0."""
 
 
-def default_workload(config: Any) -> str:
+def default_workload(config: StackConfig) -> str:
     """The first workload of the config that runs as a ScaledJob, else the first workload."""
     for w in config.workloads:
         if not w.runs_as_consumer:
@@ -44,7 +47,7 @@ def default_workload(config: Any) -> str:
     return config.workloads[0].name
 
 
-def predicted(config: Any, workload_name: str, n: int, at: datetime | None = None) -> Prediction:
+def predicted(config: StackConfig, workload_name: str, n: int, at: datetime | None = None) -> Prediction:
     """The planner's prediction for a burst of `n` probes of `workload_name` at `at` (pure; ConfigError when the
     workload is not in the config)."""
     from ..planning import Burst, plan_workload

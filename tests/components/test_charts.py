@@ -10,11 +10,11 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from synth_run import run_synth
 
 from components import catalogue
 from components.synth import charts
 from components.synth.mocks import UNKNOWN
-from tests.components.conftest import run_synth
 from tests.components.crd_oracle import check_against_crd
 
 ROOT = Path(__file__).resolve().parents[2]

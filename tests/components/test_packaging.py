@@ -96,4 +96,4 @@ def test_every_room_of_the_components_is_in_the_wheel():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     rooms = {".".join(("gpuburst", *p.parent.relative_to(ROOT / "components").parts))
              for p in (ROOT / "components").rglob("__init__.py")}
-    assert rooms == listed, f"pyproject.toml packages {sorted(listed)} != the packages under components/ {sorted(rooms)}"
+    assert rooms == listed, f"pyproject.toml packages {sorted(listed)} != packages under components/ {sorted(rooms)}"

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from synth_run import run_synth
 
 from components import catalogue
 from components.synth.charts import CHART_TYPE, SHARED_CHARTS
-from tests.components.conftest import run_synth
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,6 +8,7 @@ import kubernetes_validate
 import pulumi
 import pytest
 import yaml
+from synth_run import ROOT, run_synth
 
 from components import catalogue
 from components.pod import WorkerPodSettings, hardened_pod_spec
@@ -25,7 +26,6 @@ from components.warm_floor import (
     priority_class_manifests,
     warm_floor_scaled_object_manifest,
 )
-from tests.components.conftest import ROOT, run_synth
 from tests.components.crd_oracle import check_against_crd
 
 FLOOR = dict(count=2, start="0 8 * * 1-5", end="0 13 * * 1-5", timezone="Europe/London")

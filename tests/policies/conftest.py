@@ -8,12 +8,7 @@ In-process runners build `ResourceValidationArgs` / `StackValidationArgs` exactl
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -384,20 +379,7 @@ def analyze(pack) -> Callable[..., harness.Report]:
     return run
 
 
-SYNTH_TIMEOUT_S = 300
-"""Seconds the dev stack's synth may take in the fixture below."""
-ROOT = Path(__file__).resolve().parents[2]
-
-
 @pytest.fixture(scope="session")
-def dev_plan(tmp_path_factory) -> dict:
-    """The dev stack's real plan, from `python -m components synth --stack dev` in a subprocess (once per run;
-    tests that change it deep-copy it first). Never skipped: the stack is what the pack exists to guard."""
-    out = tmp_path_factory.mktemp("synth")
-    result = subprocess.run([sys.executable, "-m", "components", "synth", "--stack", "dev", "--out", str(out)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=SYNTH_TIMEOUT_S,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert result.returncode == 0, f"the synth failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
-    plan_path = out / "plan.json"
-    assert plan_path.is_file(), f"the synth wrote no {plan_path}"
-    return json.loads(plan_path.read_text(encoding="utf-8"))
+def dev_plan(dev) -> dict:
+    """The dev stack's real plan (the session's one synth, tests/conftest.py `dev`)."""
+    return dev["plan"]

@@ -1,0 +1,157 @@
+"""What may import what: no import circle among the modules of components/, policies/ and worker/, and the pure rooms
+(the catalogue, spec/, planning/) load no Pulumi provider SDK. docs/CONVENTIONS.md draws the same rules."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("components", "policies", "worker")
+PROVIDERS = ("pulumi_aws", "pulumi_kubernetes", "pulumi_eks", "pulumi_docker_build")
+PURE_ROOMS = ("components.catalogue", "components.spec", "components.planning")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+            if "__pycache__" not in p.parts}
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules `name` imports (function-level imports included; `if TYPE_CHECKING:` blocks left out)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if _type_checking_only(node):
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = {f"{target}.{a.name}" for a in node.names}
+            found.update(names)
+            if not names & known:  # `from pkg import module` depends on the module, not on pkg's __init__
+                found.add(target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return {m for m in found if m in known and m != name}
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(g):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def without_package_inits(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """A package's __init__ that re-exports its own modules is not a circle with them: drop the edges from a package
+    to the modules inside it."""
+    return {v: {w for w in ws if not w.startswith(v + ".")} for v, ws in g.items()}
+
+
+def test_the_graph_sees_the_rooms():
+    g = graph()
+    assert {"components.catalogue.support", "components.planning.stack", "policies.capacity"} <= set(g)
+    assert "components.catalogue.releases" in g["components.catalogue.support"]
+    assert "components.spec.validation" in g["components.planning.stages"]
+
+
+def test_cycles_are_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_among_the_modules():
+    found = cycles(without_package_inits(graph()))
+    assert found == [], "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_worker_imports_neither_the_components_nor_the_pack():
+    g = graph()
+    leaks = sorted((v, w) for v, ws in g.items() if v.startswith("worker") for w in ws
+                   if w.startswith(("components", "policies")))
+    assert leaks == [], f"the worker image ships worker/ alone: {leaks}"
+
+
+@pytest.mark.parametrize("room", PURE_ROOMS)
+def test_the_pure_rooms_load_no_provider_sdk(room):
+    mods = sorted(m for m in modules() if m == room or m.startswith(room + "."))
+    code = ("import importlib, sys\n"
+            f"for m in {mods!r}:\n    importlib.import_module(m)\n"
+            f"print(sorted(p for p in {PROVIDERS!r} if p in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", f"importing {room} loaded {out.stdout.strip()}"
+
+
+ALLOWED = {
+    # room (a prefix of module names) -> the project modules it may import (prefixes); its own room always.
+    "components.catalogue": (),
+    "components.spec": ("components.catalogue",),
+    "components.planning": ("components.catalogue", "components.spec"),
+    "components.config": ("components.catalogue", "components.spec", "components.planning.chooser"),
+    "policies": ("components.catalogue", "components.spec", "components.synth.mocks"),
+}
+"""The import rules docs/CONVENTIONS.md states (type-checking-only imports aside)."""
+
+
+@pytest.mark.parametrize("room", sorted(ALLOWED))
+def test_each_room_imports_only_what_it_may(room):
+    g = graph()
+    allowed = (room, *ALLOWED[room])
+    wrong = sorted((v, w) for v, ws in g.items() if v == room or v.startswith(room + ".") for w in ws
+                   if not any(w == a or w.startswith(a + ".") for a in allowed))
+    assert wrong == [], f"{room} may import only {allowed}: {wrong}"
