@@ -9,7 +9,7 @@ from components import catalogue
 from components.config import CONFIG_KEYS, StackConfig, parse_config
 from components.spec.validation import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def stack_file(name):

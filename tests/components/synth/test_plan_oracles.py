@@ -13,7 +13,7 @@ import pytest
 from components import catalogue
 from tests.components.crd_oracle import check_against_crd
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # (group, kind) -> (project whose pin applies, CRD file stem)
 CRD_FILES = {

@@ -14,7 +14,7 @@ from components.catalogue import (
     instance_type_problem,
 )
 
-UPSTREAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream-karpenter"
+UPSTREAM = Path(__file__).resolve().parents[3].parent / "shared" / "upstream-karpenter"
 TYPES_MD = UPSTREAM / "instance-types-v1.14.1.md"
 PRICES_GO = UPSTREAM / "pricing-aws-v1.14.1.go.txt"
 L = "karpenter.k8s.aws/instance-"

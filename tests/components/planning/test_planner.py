@@ -31,7 +31,7 @@ from components.planning import (
 from components.planning.chooser import choose_pattern
 from components.spec.validation import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 IMAGE_PULL = 12  # the layered worker image, FastImagePull on the NVMe RAID0 (test_image_layers.py checks the model)
 COLD_NODE = 13 + 40 + 36 + IMAGE_PULL  # nodeclaim + EC2 Ready + GPU registered + image pull (catalogue defaults)
 

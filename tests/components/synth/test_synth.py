@@ -9,7 +9,7 @@ from synth_run import run_synth
 from components import catalogue
 from components.synth.charts import CHART_TYPE, SHARED_CHARTS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 needs_charts = pytest.mark.skipif(not SHARED_CHARTS.is_dir(), reason=f"the pinned chart archives are not at "
                                   f"{SHARED_CHARTS} (../shared/charts is absent): the dev plan cannot hold the charts' "

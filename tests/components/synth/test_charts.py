@@ -17,7 +17,7 @@ from components.synth import charts
 from components.synth.mocks import UNKNOWN
 from tests.components.crd_oracle import check_against_crd
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 needs_charts = pytest.mark.skipif(not charts.SHARED_CHARTS.is_dir(), reason=f"the pinned chart archives are not at "
                                   f"{charts.SHARED_CHARTS} (../shared/charts is absent)")
