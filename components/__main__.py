@@ -19,6 +19,9 @@ def _synth(argv: list[str]) -> int:
         description="Run the stack's Pulumi program offline under recording mocks and write the plan: "
                     "OUT/plan.json (every registration, sorted by URN, with each Helm chart's rendered objects as "
                     "its children) and OUT/manifests/*.yaml (the charts' objects under OUT/manifests/<chart>/).")
+    parser.add_argument("--project-dir", type=Path, default=Path("."),
+                        help="the Pulumi project to run: the folder of its Pulumi.yaml, whose `main` (default "
+                             "__main__.py) runs under the project's own name (default: the working folder)")
     parser.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml to read (default: dev)")
     parser.add_argument("--out", default="out", type=Path, help="output folder (default: out)")
     parser.add_argument("--stack-file", type=Path, default=None,
@@ -26,7 +29,8 @@ def _synth(argv: list[str]) -> int:
     parser.add_argument("--charts", type=Path, default=None, help=CHARTS_HELP)
     args = parser.parse_args(argv)
     try:
-        result = synth(args.stack, args.out, stack_file=args.stack_file, charts=args.charts)
+        result = synth(args.stack, args.out, project_dir=args.project_dir, stack_file=args.stack_file,
+                       charts=args.charts)
     except (SynthError, ConfigError) as e:
         print(f"synth: {e}", file=sys.stderr)
         return 2

@@ -2,13 +2,15 @@
 naming the key and the value, before any resource exists."""
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import catalogue
+from ..planning.chooser import require_pattern
 from ..spec.validation import ConfigError, Rule, is_int_between, validate
 from .stack import BURST_BUDGET_MAX_S, NAMESPACE, WARM_GPUS_MAX, BurstBudget, StackConfig, WarmGpus, WorkloadConfig
 
@@ -156,6 +158,16 @@ CONFIG_KEYS = tuple(_KEYS)
 """Every key a stack may set under `gpuburst:`."""
 
 
+def did_you_mean(key: str, known: Iterable[str]) -> str | None:
+    """The known key `key` most likely misspells (any case; a plural, a dropped or doubled letter), or None."""
+    known = list(known)
+    by_case = [k for k in known if k.lower() == key.lower()]
+    if by_case:
+        return by_case[0]
+    close = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1, cutoff=0.8)
+    return next((k for k in known if close and k.lower() == close[0]), None)
+
+
 def _str_list(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
 
@@ -163,7 +175,9 @@ def _str_list(v: Any) -> bool:
 def _keda_provider_ok(cfg: Mapping[str, Any]) -> Rule:
     version = cfg.get("kedaVersion", catalogue.KEDA_VERSION)
     allowed = catalogue.keda_providers(version) if catalogue.keda_version_problem(version) is None else ()
-    return Rule("kedaProvider", lambda v: catalogue.keda_provider_problem(v, version) is None,
+    # Only 'aws' reaches SQS through Pod Identity; any other provider the CRD accepts would be written to no
+    # TriggerAuthentication (the stack's is always 'aws') and silently ignored, so it is refused here.
+    return Rule("kedaProvider", lambda v: v == "aws" and catalogue.keda_provider_problem(v, version) is None,
                 f"KEDA {version} accepts {catalogue.join(allowed)}; 'aws-eks' is deprecated; this stack (AWS SQS) "
                 "needs 'aws'")
 
@@ -260,8 +274,8 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
             continue
         key = full_key[len(prefix):]
         if key not in _KEYS:
-            close = [k for k in _KEYS if k.lower() == key.lower()]
-            hint = f"did you mean {prefix}{close[0]}?" if close else f"known keys: {catalogue.join(_KEYS)}"
+            close = did_you_mean(key, _KEYS)
+            hint = f"did you mean {prefix}{close}?" if close else f"known keys: {catalogue.join(_KEYS)}"
             raise ConfigError(full_key, _decode(raw_value), f"unknown config key; {hint}")
         values[key] = _decode(raw_value)
         # A YAML value like `2` or `true` for a string field comes back decoded; keep version strings as strings.
@@ -335,7 +349,24 @@ def _parse_workload(name: str, facts: Any) -> WorkloadConfig:
         raise ConfigError(where, facts, "a mapping of facts (itemsIndependent, ordered, stateful, modelLoadS, ...)")
     for key in facts:
         if key not in _WORKLOAD_KEYS:
+            close = did_you_mean(key, _WORKLOAD_KEYS)
+            if close:
+                raise ConfigError(f"{where}.{key}", facts[key], f"unknown workload key; did you mean {where}.{close}?")
             raise ConfigError(f"{where}.{key}", facts[key], f"unknown workload key; known keys: "
                                                              f"{catalogue.join(_WORKLOAD_KEYS)}")
     validate(facts, _workload_rules(), where + ".")
-    return WorkloadConfig(name=name, **{_WORKLOAD_KEYS[k]: v for k, v in facts.items()})
+    workload = WorkloadConfig(name=name, **{_WORKLOAD_KEYS[k]: v for k, v in facts.items()})
+    if workload.pattern is not None:
+        try:
+            require_pattern(workload.facts(), workload.pattern)
+        except ConfigError as e:  # said in the stack's words: the key and value the user wrote
+            fact = e.field.rpartition(".")[2]
+            key = _FACT_KEYS.get(fact, fact)
+            raise ConfigError(f"{where}.pattern", workload.pattern,
+                              f"{where}.{key} is {json.dumps(e.value)}, so {e.expected}; set pattern: consumer, or "
+                              "leave it out and let the chooser decide") from None
+    return workload
+
+
+_FACT_KEYS = {"ordered": "ordered", "state_across_messages": "stateful", "items_independent": "itemsIndependent"}
+"""WorkloadFacts field -> the workload key that states it in the stack's config."""

@@ -15,13 +15,12 @@ from typing import Any
 import yaml
 
 from .. import catalogue
+from ..config.files import PROJECT_DIR
 from .mocks import UNKNOWN
 
 CHART_TYPE = "kubernetes:helm.sh/v4:Chart"
 """The type token of a `helm.v4.Chart` registration (a remote component: offline it registers alone)."""
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
-"""The project directory; the shared chart cache is looked for beside it (`../shared/charts`)."""
 
 SHARED_CHARTS = PROJECT_DIR.parent / "shared" / "charts"
 """The pinned chart archives beside the checkout, when present (see its README)."""

@@ -18,26 +18,26 @@ import yaml
 
 from .. import catalogue
 from ..catalogue.chart_findings import object_of, unexplained
-from ..config.files import PROJECT_DIR, StackFileError, read_stack_config
+from ..config.files import StackFileError, read_project, read_stack_config
 from .charts import DUMPER, Expansion, expand, resolve_cache, search_path
 from .mocks import RunResult, run_under_mocks
-
-REPO_ROOT = PROJECT_DIR
-"""The project directory holding Pulumi.yaml, __main__.py and the Pulumi.<stack>.yaml files."""
 
 
 class SynthError(Exception):
     """The synth could not run: a missing stack file, unreadable YAML, or a bad stack config (one line)."""
 
 
-def run_program(stack: str, config: dict[str, Any], project_dir: Path = REPO_ROOT, preview: bool = False) -> RunResult:
-    """Run the project's `__main__.py` under recording mocks with `config` and return what it registered."""
+def run_program(stack: str, config: dict[str, Any], project_dir: Path | None = None,
+                preview: bool = False) -> RunResult:
+    """Run the project's program (its Pulumi.yaml `main`, default `__main__.py`) under recording mocks with `config`,
+    under the project's own name, and return what it registered. `project_dir` defaults to the working folder."""
+    project = read_project(project_dir)
     region = config.get("aws:region", "us-east-1")
-    main = project_dir / "__main__.py"
-    if str(project_dir) not in sys.path:
-        sys.path.insert(0, str(project_dir))
-    return run_under_mocks(lambda: runpy.run_path(str(main), run_name="__main__"), stack=stack, region=region,
-                           config=config, preview=preview)
+    folder = str(project.main.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return run_under_mocks(lambda: runpy.run_path(str(project.main), run_name="__main__"), project=project.name,
+                           stack=stack, region=region, config=config, preview=preview)
 
 
 def plan_document(stack: str, result: RunResult, expansion: Expansion | None = None) -> dict:
@@ -101,13 +101,14 @@ class SynthOutput:
     checkov_note: str = ""
 
 
-def synth(stack: str = "dev", out_dir: Path = Path("out"), project_dir: Path = REPO_ROOT,
+def synth(stack: str = "dev", out_dir: Path = Path("out"), project_dir: Path | None = None,
           stack_file: Path | None = None, charts: Path | None = None) -> SynthOutput:
     """Run the program for `stack` under mocks, render its Helm charts from the chart cache (`charts`, see
     `charts.resolve_cache`), and write out/plan.json, out/manifests/*.yaml and out/manifests/<chart>/*.yaml."""
     start = time.perf_counter()
     try:
         config = read_stack_config(stack, project_dir, stack_file)
+        read_project(project_dir)  # a folder without Pulumi.yaml or its program is refused before anything runs
     except StackFileError as e:
         raise SynthError(str(e)) from None
     result = run_program(stack, config, project_dir)

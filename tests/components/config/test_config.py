@@ -338,3 +338,42 @@ def test_device_plugin_cdi_feature_flags_default_and_bad_values():
                 json.dumps(["a", "a"])):
         with pytest.raises(ConfigError, match="gpuburst:devicePluginCdiFeatureFlags"):
             parse_config({**MINIMAL, "gpuburst:devicePluginCdiFeatureFlags": bad})
+
+
+@pytest.mark.parametrize("key,meant", [("gpuLimits", "gpuLimit"), ("GPULIMIT", "gpuLimit"),
+                                       ("karpenterVersions", "karpenterVersion"), ("alarmEmail", "alarmEmails")])
+def test_a_misspelt_key_gets_a_did_you_mean(key, meant):
+    with pytest.raises(ConfigError) as e:
+        parse_config({**MINIMAL, f"gpuburst:{key}": "8"})
+    assert f"did you mean gpuburst:{meant}?" in one_line(e.value)
+
+
+def test_a_misspelt_workload_key_gets_a_did_you_mean():
+    bad = {**MINIMAL, "gpuburst:workloads": json.dumps({"slides": {"expectedprocessingS": 300}})}
+    with pytest.raises(ConfigError) as e:
+        parse_config(bad)
+    assert one_line(e.value).startswith("gpuburst:workloads.slides.expectedprocessingS: 300 is not valid: unknown "
+                                        "workload key; did you mean gpuburst:workloads.slides.expectedProcessingS?")
+
+
+@pytest.mark.parametrize("provider", ["gcp", "azure-workload", "none"])
+def test_a_provider_the_stack_would_ignore_is_refused(provider):
+    # The stack's TriggerAuthentications are always provider 'aws' (SQS through Pod Identity): any other value KEDA
+    # accepts was silently ignored.
+    with pytest.raises(ConfigError) as e:
+        parse_config({**MINIMAL, "gpuburst:kedaProvider": provider})
+    assert one_line(e.value).startswith(f"gpuburst:kedaProvider: '{provider}' is not valid") and "needs 'aws'" in \
+        one_line(e.value)
+
+
+@pytest.mark.parametrize("facts,key", [({"ordered": True, "itemsIndependent": False}, "ordered"),
+                                       ({"stateful": True}, "stateful"),
+                                       ({"itemsIndependent": False}, "itemsIndependent")])
+def test_a_scaledjob_for_work_that_cannot_run_in_parallel_is_refused_in_the_stacks_words(facts, key):
+    bad = {**MINIMAL, "gpuburst:workloads": json.dumps({"studies": {**facts, "pattern": "scaledjob"}})}
+    with pytest.raises(ConfigError) as e:
+        parse_config(bad)
+    text = one_line(e.value)
+    assert text.startswith("gpuburst:workloads.studies.pattern: 'scaledjob' is not valid: "
+                           f"gpuburst:workloads.studies.{key} is "), text
+    assert "WorkloadFacts" not in text and "set pattern: consumer" in text

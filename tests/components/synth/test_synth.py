@@ -263,3 +263,27 @@ def test_a_stack_pinning_1_34_is_told_its_end_of_standard_support_by_the_synth_a
                            str(tmp_path / "late")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert late.returncode == 2 and late.stderr.strip().count("\n") == 0, late.stderr
     assert "left EKS standard support on 2026-12-02" in late.stderr
+
+
+def test_another_project_is_synthesised_under_its_own_name_from_its_own_folder(tmp_path):
+    project = tmp_path / "lab"
+    (project / "prog").mkdir(parents=True)
+    (project / "Pulumi.yaml").write_text("name: tumour-platform\nruntime: python\nmain: prog\n")
+    (project / "Pulumi.lab.yaml").write_text("config:\n  aws:region: eu-west-1\n")
+    (project / "prog" / "__main__.py").write_text(
+        "from components.queue import WorkQueue, WorkQueueArgs\n"
+        "WorkQueue('slides', WorkQueueArgs(name='lab-slides', expected_processing_s=300,\n"
+        "                                  alarm_emails=['oncall@example.org']))\n")
+    proc = run_synth(tmp_path / "out", "--project-dir", str(project), "--stack", "lab")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    urns = [r["urn"] for r in plan["resources"]]
+    assert urns and all(u.startswith("urn:pulumi:lab::tumour-platform::") for u in urns), urns[:3]
+    assert any(r["type"] == "aws:sqs/queue:Queue" for r in plan["resources"])
+
+
+def test_a_folder_without_a_project_is_refused_in_one_line(tmp_path):
+    (tmp_path / "Pulumi.dev.yaml").write_text("config: {}\n")
+    proc = run_synth(tmp_path / "out", "--project-dir", str(tmp_path), "--stack", "dev")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "no Pulumi.yaml there" in proc.stderr and str(tmp_path) in proc.stderr
