@@ -54,7 +54,7 @@ move when the catalogue's stage figures do."""
 
 @pytest.fixture(scope="module")
 def dev_config():
-    return parse_config(read_stack_config("dev"), stack="dev")
+    return parse_config(read_stack_config("dev", ROOT), stack="dev")
 
 
 # --- the measured timeline -------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ COLD_NODE = 13 + 40 + 36 + IMAGE_PULL  # nodeclaim + EC2 Ready + GPU registered 
 
 @pytest.fixture(scope="module")
 def dev() -> StackConfig:
-    return parse_config(read_stack_config("dev"), stack="dev")
+    return parse_config(read_stack_config("dev", ROOT), stack="dev")
 
 
 def workload(cfg: StackConfig, name: str) -> WorkloadConfig:
