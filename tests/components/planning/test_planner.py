@@ -457,7 +457,8 @@ def test_latency_figures_and_the_consumer_idling_between_arrivals():
         simulate("consumer", arrivals=[(0, 0)], model_load_s=45, seconds_per_item=8, parallel=1, stages=stages)
 
 
-def test_cli_trace_json_table_and_png(tmp_path, capsys):
+def test_cli_trace_json_table_and_png(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the command reads Pulumi.dev.yaml from the working folder, as a user runs it
     path = _csv(tmp_path, "at,items,workload\n2026-01-05T10:00:00Z,20,studies\n2026-01-05T09:00:00,20,studies\n"
                           "2026-01-05T09:00:00Z,30,slides\n")
     assert main(["plan-burst", "--trace", str(path), "--json", "--out", str(tmp_path / "png")]) == 0
