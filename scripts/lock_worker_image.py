@@ -1,8 +1,8 @@
 """Maintainers' tool: re-lock the worker image's Python layers (worker/image/*.txt) from worker/requirements.txt.
 
 Needs the network (PyPI) and pip; run it after changing a pin in worker/requirements.txt, then paste the printed
-`WORKER_IMAGE_LAYER_BYTES` table into components/catalogue/pins.py and commit all of it together (the tests check that the
-lock, the pins and the sizes agree):
+`WORKER_IMAGE_LAYER_BYTES` table into components/catalogue/pins.py and commit all of it together (the tests check that
+the lock, the pins and the sizes agree):
 
     python3 scripts/lock_worker_image.py
 
@@ -68,7 +68,8 @@ def resolve(requirements: Path) -> list[dict]:
 
 def wheel_size(name: str, filename: str) -> int:
     """Size in bytes of one file of a project, from the simple index's JSON (PEP 691/700)."""
-    req = urllib.request.Request(f"{INDEX}/{normalise(name)}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    req = urllib.request.Request(f"{INDEX}/{normalise(name)}/",
+                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         files = json.load(r)["files"]
     return next(int(f["size"]) for f in files if f["filename"] == filename)

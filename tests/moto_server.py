@@ -1,9 +1,10 @@
-"""The tests' handle on a real `moto_server`: the worker demo's own launcher (worker/localaws.py) plus a reset call."""
+"""The tests' handle on a real `moto_server`: the worker demo's own launcher (worker/devtools/localaws.py) plus a
+reset call."""
 from __future__ import annotations
 
 import urllib.request
 
-from worker.localaws import aws_env, free_port, moto_server
+from worker.devtools.localaws import aws_env, free_port, moto_server
 
 __all__ = ["aws_env", "free_port", "moto_server", "reset"]
 

@@ -1,6 +1,6 @@
-"""Entry point of `python -m worker` (the container's ENTRYPOINT): hands argv to worker.cli."""
+"""Entry point of `python -m worker` (the container's ENTRYPOINT): hands argv to worker.commands."""
 import sys
 
-from worker.cli import main
+from worker.commands import main
 
 sys.exit(main())

@@ -22,7 +22,8 @@ class Heartbeat:
     def __init__(self, sqs: Any, queue_url: str, receipt_handle: str, *, timeout_s: int, interval_s: float,
                  fields: dict[str, Any] | None = None) -> None:
         if not 0 < interval_s < timeout_s:
-            raise ValueError(f"heartbeat interval {interval_s} s must be > 0 and < the visibility timeout {timeout_s} s")
+            raise ValueError(f"heartbeat interval {interval_s} s must be > 0 and < the visibility timeout "
+                             f"{timeout_s} s")
         self._sqs = sqs
         self._queue_url = queue_url
         self._receipt = receipt_handle
@@ -36,7 +37,7 @@ class Heartbeat:
         self.lost = False
         """True once SQS rejected the receipt handle: another consumer may now own the message."""
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self._thread.start()
         return self
 

@@ -1,4 +1,4 @@
-"""One-line, human-readable structured log events: `event.name key=value key="value with spaces"`."""
+"""One-line, human-readable text: structured log events (`event.name key=value key="value with spaces"`) and errors."""
 from __future__ import annotations
 
 import logging
@@ -26,6 +26,12 @@ def _fmt(value: Any) -> str:
 def event(name: str, /, **fields: Any) -> str:
     """Render one event as a single line; None values print as '-', floats with two decimals (seconds)."""
     return " ".join([name] + [f"{k}={_fmt(v)}" for k, v in fields.items()])
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one line of at most `limit` characters (whitespace collapsed, "..." where it was cut)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def setup_logging(level: str | None = None) -> None:

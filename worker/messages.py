@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 #: Suffixes of slides that are one S3 object (`slide` may name such an object directly), in the order errors list them:
 #: Aperio .svs, (OME-/Philips) TIFF, Hamamatsu .ndpi, Leica .scn, Ventana .bif, a single-file DICOM .dcm.
@@ -52,7 +53,7 @@ class S3Uri:
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
 
-    def child(self, name: str) -> "S3Uri":
+    def child(self, name: str) -> S3Uri:
         """The address of `name` under this prefix (the prefix must end with '/' or be empty)."""
         return S3Uri(self.bucket, self.key + name)
 

@@ -6,9 +6,9 @@ import struct
 import tempfile
 import time
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
 import imagecodecs
@@ -41,7 +41,8 @@ class OverlaySettings:
 
     def __post_init__(self) -> None:
         if self.compression not in ("zlib", "lzw"):
-            raise ValueError(f"overlay compression={self.compression!r}: expected 'zlib' or 'lzw' (labels must be lossless)")
+            raise ValueError(f"overlay compression={self.compression!r}: expected 'zlib' or 'lzw' "
+                             "(labels must be lossless)")
         if self.level_factor not in (2, 4):
             raise ValueError(f"overlay level_factor={self.level_factor}: expected 2 or 4")
         if self.tile % 16 or self.tile <= 0:
@@ -343,7 +344,12 @@ def colorize(labels: np.ndarray, colors: Sequence[Sequence[int]]) -> np.ndarray:
 
 
 def render_preview(
-    thumbnail: np.ndarray, labels: np.ndarray, colors: Sequence[Sequence[int]], *, alpha: float = 0.5, max_side: int = 1024
+    thumbnail: np.ndarray,
+    labels: np.ndarray,
+    colors: Sequence[Sequence[int]],
+    *,
+    alpha: float = 0.5,
+    max_side: int = 1024,
 ) -> np.ndarray:
     """Class colours blended over the slide thumbnail (class 0 left clear), at most `max_side` pixels a side."""
     h, w = thumbnail.shape[:2]

@@ -3,21 +3,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from worker.device import describe_device
 from worker.inference import InferenceSettings, InferenceStats, TileJob, iter_class_maps
-from worker.model import LoadedModel
+from worker.models.loaded_model import LoadedModel
 from worker.overlay import OverlaySettings, render_preview, write_overlay, write_png
-from worker.slides import Level, Slide, SlideError, TissueSettings, dilate, open_slide, tissue_mask, tissue_tiles
+from worker.slides import Level, Slide, TissueSettings, dilate, open_slide, tissue_mask, tissue_tiles
 
 WORKER_VERSION = "0.1.0"
 
@@ -59,7 +58,8 @@ def summary_name(slide_id: str) -> str:
 def _check_slide_id(slide_id: str) -> None:
     bad = not isinstance(slide_id, str) or not slide_id or slide_id in (".", "..") or len(slide_id) > 200
     if bad or any(c in slide_id for c in '/\\\0') or slide_id.startswith("."):
-        raise ValueError(f"slide_id {slide_id!r}: must be a plain file-name stem (no '/', '\\', leading '.', <= 200 chars)")
+        raise ValueError(f"slide_id {slide_id!r}: must be a plain file-name stem "
+                         "(no '/', '\\', leading '.', <= 200 chars)")
 
 
 def choose_level(slide: Slide, model: LoadedModel, tolerance: float) -> Level:

@@ -4,10 +4,11 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import boto3
 from botocore.config import Config

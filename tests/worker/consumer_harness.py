@@ -13,7 +13,7 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 from standin_processor import StandIn, slow_before  # noqa: E402
 
-from worker import cli  # noqa: E402
+from worker import commands  # noqa: E402
 from worker.logfmt import setup_logging  # noqa: E402
 
 
@@ -25,14 +25,14 @@ def main() -> int:
     h.add_argument("--uninterruptible", action="store_true", help="the stand-in never calls progress")
     h.add_argument("--slow-before", type=float, default=None, metavar="S", help="real processor, S seconds late")
     hargs = h.parse_args(argv[:split])
-    args = cli.build_parser().parse_args(argv[split + 1:])
+    args = commands.build_parser().parse_args(argv[split + 1:])
     setup_logging(args.log_level)
     inject = {}
     if hargs.stand_in is not None:
         inject["processor"] = StandIn(hargs.stand_in, interruptible=not hargs.uninterruptible)
     if hargs.slow_before is not None:
         inject["wrap_processor"] = slow_before(hargs.slow_before)
-    return cli.cmd_consume(args, **inject)
+    return commands.cmd_consume(args, **inject)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from typing import Any
 
 import boto3
 
+from worker.consumer_settings import ConsumerSettings
+
 ROOT = Path(__file__).resolve().parents[2]
 SLIDES, RESULTS = "slides-in", "results-out"
 
@@ -22,6 +24,15 @@ def aws_child_env(endpoint_url: str) -> dict[str, str]:
     from moto_server import aws_env
 
     return aws_env(endpoint_url)
+
+
+def consumer_settings(url: str, **kw) -> ConsumerSettings:
+    """ConsumerSettings for an in-process consumer under test: job mode, no long polls, short visibility, no
+    retry backoff, and no hard exit after the grace period; `kw` overrides any of them."""
+    base = dict(queue_url=url, mode="job", wait_time_s=0, visibility_timeout_s=30,
+                visibility_extension_interval_s=10, retry_backoff_s=0, hard_exit_after_grace=False)
+    base.update(kw)
+    return ConsumerSettings(**base)
 
 
 def clients() -> tuple[Any, Any]:

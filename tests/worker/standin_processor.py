@@ -1,11 +1,12 @@
-"""Test-only slide processors: a fast, controllable stand-in for process_slide, and a slowing wrapper for the real one."""
+"""Test-only slide processors: a fast, controllable stand-in for process_slide, and a wrapper slowing the real one."""
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 def _sleep(seconds: float, progress: Callable[..., None] | None, step_s: float = 0.05) -> None:

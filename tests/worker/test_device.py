@@ -55,7 +55,8 @@ def test_cuda_hidden_in_a_fresh_process():
     code = (
         "from worker.device import select_device, NoUsableGpu\n"
         "assert str(select_device('auto')) == 'cpu'\n"
-        "try:\n    select_device('cuda')\nexcept NoUsableGpu as e:\n    print(e)\nelse:\n    raise SystemExit('no error')\n"
+        "try:\n    select_device('cuda')\nexcept NoUsableGpu as e:\n    print(e)\n"
+        "else:\n    raise SystemExit('no error')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

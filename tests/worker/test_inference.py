@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from worker.inference import InferenceSettings, InferenceStats, Predictor, TileJob, iter_class_maps, torch_threads
-from worker.model import load_model
+from worker.devtools.synthetic import write_synthetic_slide
+from worker.inference import InferenceSettings, InferenceStats, Predictor, TileJob, iter_class_maps
+from worker.models.loading import load_model
 from worker.slides import open_slide
-from worker.synthetic import write_synthetic_slide
 
 CPU = torch.device("cpu")
 
@@ -51,7 +51,8 @@ def test_batched_equals_one_at_a_time_and_keeps_order(model, slide_path, workers
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_reading_runs_in_reader_threads_and_is_bounded(model, slide_path, workers):
-    """Tiles are read off the caller's thread, never more than (prefetch + workers + 1) batches ahead of the consumer."""
+    """Tiles are read off the caller's thread, never more than (prefetch + workers + 1) batches ahead of the
+    consumer."""
     jobs = _jobs()
     batch, prefetch = 2, 2
     threads, reads, consumed = set(), [], [0]
@@ -68,7 +69,8 @@ def test_reading_runs_in_reader_threads_and_is_bounded(model, slide_path, worker
             return original(level, x, y, w, h, out=out)
 
         slide.read_region = spy
-        settings = InferenceSettings(batch_size=batch, prefetch_batches=prefetch, reader_threads=1, compute_workers=workers)
+        settings = InferenceSettings(batch_size=batch, prefetch_batches=prefetch, reader_threads=1,
+                                     compute_workers=workers)
         for _ in iter_class_maps(slide, slide.levels[0], model, jobs, settings):
             with lock:
                 consumed[0] += 1
@@ -117,7 +119,8 @@ def test_a_read_error_surfaces_in_the_caller(model, slide_path, workers):
 
         slide.read_region = broken
         with pytest.raises(RuntimeError, match="disk on fire"):
-            list(iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(batch_size=4, compute_workers=workers)))
+            settings = InferenceSettings(batch_size=4, compute_workers=workers)
+            list(iter_class_maps(slide, slide.levels[0], model, _jobs(), settings))
 
 
 def test_no_jobs_yields_nothing_and_reports_zero(model, slide_path):
@@ -150,33 +153,12 @@ def test_settings_resolve_per_device(monkeypatch):
         InferenceSettings(amp="fp8").resolved(CPU)
 
 
-@pytest.mark.parametrize("content, cap", [("150000 100000\n", 2), ("50000 100000\n", 1), ("max 100000\n", None)])
-def test_cpu_count_respects_a_cgroup_quota(tmp_path, monkeypatch, content, cap):
-    import os
-
-    import worker.inference as inf
-
-    (tmp_path / "cpu.max").write_text(content)
-    monkeypatch.setattr(inf, "CGROUP_CPU_MAX", str(tmp_path / "cpu.max"))
-    cores = len(os.sched_getaffinity(0))
-    assert inf.cpu_count() == (cores if cap is None else min(cores, cap))
-    monkeypatch.setattr(inf, "CGROUP_CPU_MAX", str(tmp_path / "absent"))
-    assert inf.cpu_count() == cores
-
-
 def test_early_stop_leaves_no_threads_reading(model, slide_path):
     with open_slide(slide_path) as slide:
         it = iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(batch_size=2, compute_workers=2))
         next(it)
         it.close()  # the consumer gives up (an exception in the overlay writer, say)
     assert not [t for t in threading.enumerate() if t.name.startswith(("tile-reader", "tile-compute"))]
-
-
-def test_torch_threads_are_restored():
-    before = torch.get_num_threads()
-    with torch_threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
 
 
 def test_predict_runs_without_autograd(model):
@@ -197,64 +179,3 @@ def test_cpu_bf16_class_maps_agree_with_float32(model, slide_path):
         bf16 = [m for _, m in iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(amp="bf16"))]
     a, b = np.concatenate([m.ravel() for m in fp32]), np.concatenate([m.ravel() for m in bf16])
     assert a.size > 0 and (a == b).mean() > 0.995
-
-
-def _slide_tiles(slide_path, n=12):
-    with open_slide(slide_path) as slide:
-        lv = slide.levels[0]
-        return np.stack([slide.read_region(lv, j.x, j.y, 256, 256) for j in _jobs()[:n]])
-
-
-@pytest.mark.parametrize("fused", [True, False])
-def test_cpu_net_computes_the_models_function(model, slide_path, fused):
-    """The re-expressed net (scaling folded, head split, fused ops, packed weights) in float32 gives the module's
-    own logits, for every batch size (the last batch of a slide is partial); without oneDNN's fused ops too."""
-    import worker.inference as inference
-
-    norm = model.normalisation
-    net = inference.CpuNet(model.module, torch.float32, model.tile_size, norm.mean, norm.std)
-    if not fused:
-        net._fused = net._pack = net._pack_transposed = False
-    tiles = torch.from_numpy(_slide_tiles(slide_path, 5)).permute(0, 3, 1, 2)
-    with torch.inference_mode():
-        for n in (1, 2, 5):
-            x = tiles[:n].float()
-            want = model.module(model.prepare(x.permute(0, 2, 3, 1)))
-            got = net.logits(x)
-            assert got.shape == want.shape
-            assert (got - want).abs().max().item() < 1e-4 * max(1.0, want.abs().max().item())
-
-
-def test_cpu_net_bf16_agrees_with_the_float32_module_on_tissue(model, slide_path):
-    """What the pipeline computes on CPU (bf16 where native) vs what the naive loop computes (the fp32 module)."""
-    import worker.inference as inference
-
-    pred = Predictor(model)
-    assert pred._cpu_net is inference.cpu_net(model, pred.settings.amp) is not None  # built once per process
-    tiles = _slide_tiles(slide_path)
-    with torch.inference_mode():
-        want = model.module(model.prepare(torch.from_numpy(tiles))).argmax(1).numpy()
-    got = pred.predict(tiles)
-    assert got.dtype == np.uint8 and got.shape == want.shape
-    assert (got == want).mean() > 0.999
-    assert (want > 0).mean() > 0.01  # the tiles hold structures, so the agreement means something
-
-
-def test_other_models_run_as_themselves(model, tmp_path):
-    """A TorchScript model, or a built-in net whose forward is not the one CpuNet re-expresses, runs unchanged."""
-    import copy
-    import warnings
-
-    import worker.inference as inference
-    from worker.model import export_torchscript, load_model
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        scripted = load_model(str(export_torchscript(model, tmp_path / "m.pt")), CPU)
-    assert inference.cpu_net(scripted, "bf16") is None and Predictor(scripted)._cpu_net is None
-    changed = copy.copy(model)
-    changed.module = copy.deepcopy(model.module)
-    changed.module.forward = lambda x: model.module(1.0 - x)  # not the function CpuNet computes
-    assert inference.cpu_net(changed, "off") is None  # refused by the float32 self-check
-    batch = np.full((1, 256, 256, 3), 246, np.uint8)
-    assert Predictor(scripted).predict(batch).shape == (1, 64, 64)

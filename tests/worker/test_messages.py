@@ -5,8 +5,16 @@ import json
 
 import pytest
 
-from worker.messages import (MULTI_FILE_SUFFIXES, OBJECT_SUFFIXES, SLIDE_SUFFIXES, ContractError, default_slide_id,
-                             make_body, parse_message, parse_s3_uri)
+from worker.messages import (
+    MULTI_FILE_SUFFIXES,
+    OBJECT_SUFFIXES,
+    SLIDE_SUFFIXES,
+    ContractError,
+    default_slide_id,
+    make_body,
+    parse_message,
+    parse_s3_uri,
+)
 
 GOOD = {"slide": "s3://slides-in/study1/S-001.ome.tif", "output": "s3://results-out/run1/"}
 

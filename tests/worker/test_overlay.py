@@ -8,7 +8,14 @@ import pytest
 import tifffile
 
 from worker.overlay import (
-    OverlaySettings, build_ome_xml, colorize, level_sizes, png_bytes, render_preview, write_overlay, write_png,
+    OverlaySettings,
+    build_ome_xml,
+    colorize,
+    level_sizes,
+    png_bytes,
+    render_preview,
+    write_overlay,
+    write_png,
 )
 
 CLASSES = ["background", "nuclei", "vessel"]

@@ -13,11 +13,11 @@ import pytest
 import tifffile
 import torch
 
-from worker.model import load_model
+from worker.devtools.synthetic import SyntheticSpec, write_synthetic_slide
+from worker.devtools.train import iou_per_class
+from worker.models.loading import load_model
 from worker.pipeline import PipelineSettings, process_slide
 from worker.slides import SlideError
-from worker.synthetic import SyntheticSpec, write_synthetic_slide
-from worker.train import iou_per_class
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
@@ -33,9 +33,11 @@ def run(model, tmp_path_factory):
     """One 4096 px slide at the model's 0.5 µm/px (seed 4242, never trained on) through the pipeline."""
     d = tmp_path_factory.mktemp("pipe")
     spec = SyntheticSpec(4096, 4096, 0.5, 0.3, seed=4242)
-    slide = write_synthetic_slide(d / "S-1.ome.tif", spec.width, spec.height, spec.mpp_um, spec.tissue_fraction, spec.seed)
+    slide = write_synthetic_slide(d / "S-1.ome.tif", spec.width, spec.height, spec.mpp_um, spec.tissue_fraction,
+                                  spec.seed)
     calls = []
-    summary = process_slide(slide, d / "out", model, slide_id="S-1", progress=lambda done, total: calls.append((done, total)))
+    summary = process_slide(slide, d / "out", model, slide_id="S-1",
+                            progress=lambda done, total: calls.append((done, total)))
     return spec, d / "out", summary, calls
 
 
@@ -45,7 +47,8 @@ def test_outputs_and_summary(run):
     on_disk = json.loads((out / "S-1.json").read_text(encoding="utf-8"))
     assert on_disk == summary
     # The JSON is the completion marker: written after the overlay and the preview.
-    assert os.stat(out / "S-1.json").st_mtime_ns >= max(os.stat(out / n).st_mtime_ns for n in ("S-1.overlay.ome.tif", "S-1.preview.png"))
+    assert os.stat(out / "S-1.json").st_mtime_ns >= max(
+        os.stat(out / n).st_mtime_ns for n in ("S-1.overlay.ome.tif", "S-1.preview.png"))
     assert summary["slide_id"] == "S-1" and summary["slide"] == "S-1.ome.tif"
     assert (summary["width"], summary["height"], summary["mpp_um"]) == (4096, 4096, 0.5)
     assert summary["input"]["reader"] == "tifffile" and summary["input"]["format"] == "OME-TIFF"
@@ -141,7 +144,8 @@ def test_not_a_slide_is_a_slide_error_and_leaves_nothing(model, tmp_path):
 def test_truncated_slide_is_a_slide_error_and_leaves_nothing(model, tmp_path):
     p = write_synthetic_slide(tmp_path / "t.ome.tif", 2048, 2048, tissue_fraction=0.6, seed=3)
     p.write_bytes(p.read_bytes()[: p.stat().st_size * 2 // 3])
-    with pytest.raises(SlideError, match=r"truncated: the file is [\d,]+ bytes but its image data runs to [\d,]+ bytes"):
+    with pytest.raises(SlideError,
+                       match=r"truncated: the file is [\d,]+ bytes but its image data runs to [\d,]+ bytes"):
         process_slide(p, tmp_path / "o", model, slide_id="t", settings=PipelineSettings(skip_background=False))
     assert list((tmp_path / "o").iterdir()) == []
 
@@ -197,12 +201,12 @@ import json, resource, sys, time
 from pathlib import Path
 what, path = sys.argv[1], Path(sys.argv[2])
 if what == "write":
-    from worker.synthetic import write_synthetic_slide
+    from worker.devtools.synthetic import write_synthetic_slide
     side = int(sys.argv[3])
     write_synthetic_slide(path, side, side, 0.25, 0.15, 77)
 else:
     import torch
-    from worker.model import load_model
+    from worker.models.loading import load_model
     from worker.pipeline import process_slide
     m = load_model(None, torch.device("cpu"))
     process_slide(path, path.parent / "out", m, slide_id=path.stem.split(".")[0])

@@ -10,7 +10,7 @@ import ome_types
 import pytest
 import tifffile
 
-from worker import cli
+from worker import commands
 from worker.slides import SlideError, open_slide
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +114,7 @@ def test_dicom_folder_reads_are_wsidicoms_and_carry_its_pixel_spacing():
 
 
 def test_a_single_dicom_instance_file_opens_too():
-    from worker.slides.dicom import dicom_files
+    from worker.slides.dicom_slide import dicom_files
 
     biggest = max(dicom_files(REAL / "dicom-bpaec"), key=lambda p: p.stat().st_size)
     with open_slide(biggest) as s:
@@ -168,7 +168,7 @@ def inferred(tmp_path_factory):
         argv = ["infer", str(REAL / name), "--out", str(out), "--device", "cpu"]
         if override is not None:
             argv += ["--mpp-um", str(override)]
-        results[name] = (cli.main(argv), out)
+        results[name] = (commands.main(argv), out)
     return results
 
 
@@ -210,11 +210,13 @@ def test_infer_records_the_reader_and_the_fluorescence_conversion(inferred):
     assert summary["analysis"]["level"] == 1 and summary["analysis"]["resampled"] is None
     code, out = inferred["OS-1-detail.ome.tif"]
     summary = json.loads((out / "OS-1-detail.json").read_text())
-    assert summary["analysis"]["mpp_um"] == pytest.approx(0.5, rel=1e-3) and "area-averaged" in summary["analysis"]["resampled"]
+    assert summary["analysis"]["mpp_um"] == pytest.approx(0.5, rel=1e-3)
+    assert "area-averaged" in summary["analysis"]["resampled"]
 
 
 def test_infer_refuses_the_uncalibrated_tcga_slide_naming_the_flag(tmp_path, capsys):
-    code = cli.main(["infer", str(REAL / "tcga-cr-7395-01a-01-ts1.svs"), "--out", str(tmp_path), "--device", "cpu"])
+    code = commands.main(["infer", str(REAL / "tcga-cr-7395-01a-01-ts1.svs"), "--out", str(tmp_path),
+                          "--device", "cpu"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert "no pixel calibration" in err[-1] and "--mpp-um" in err[-1]
@@ -222,7 +224,7 @@ def test_infer_refuses_the_uncalibrated_tcga_slide_naming_the_flag(tmp_path, cap
 
 
 def test_infer_refuses_the_coarse_dicom_folder_in_one_line(tmp_path, capsys):
-    code = cli.main(["infer", str(REAL / "dicom-bpaec"), "--out", str(tmp_path), "--device", "cpu"])
+    code = commands.main(["infer", str(REAL / "dicom-bpaec"), "--out", str(tmp_path), "--device", "cpu"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and "coarser than the model needs" in err[-1] and str(REAL / "dicom-bpaec") in err[-1]
 

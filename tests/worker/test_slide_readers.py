@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tifffile
 
+from worker.devtools.synthetic import write_synthetic_slide
 from worker.slides import SlideError, area_downsample, classify, open_slide
-from worker.synthetic import write_synthetic_slide
 
 
 def _exact_area(src: np.ndarray, f: float, n: int) -> np.ndarray:

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tifffile
 
+from worker.devtools.synthetic import SyntheticSpec, write_synthetic_slide
 from worker.slides import SlideError, TissueSettings, dilate, open_slide, tissue_mask, tissue_tiles
-from worker.synthetic import SyntheticSpec, write_synthetic_slide
 
 
 def _rgb(h, w, seed=0):
@@ -58,7 +58,8 @@ def test_resolution_tags_centimeter_and_inch(tmp_path):
 
 
 def test_aperio_description_mpp(tmp_path):
-    p = _write_plain(tmp_path / "a.svs.tif", _rgb(1024, 1024), description="Aperio Image Library v12 |AppMag = 40|MPP = 0.2520|")
+    p = _write_plain(tmp_path / "a.svs.tif", _rgb(1024, 1024),
+                     description="Aperio Image Library v12 |AppMag = 40|MPP = 0.2520|")
     with open_slide(p) as s:
         assert (s.mpp_x, s.mpp_source) == (pytest.approx(0.252), "Aperio MPP")
 
@@ -89,7 +90,8 @@ def test_implausible_override_is_refused(tmp_path):
     "make, message",
     [
         (lambda p: p.write_text("not a slide\n"), "not a slide format this worker reads (starts with b'not a sl'"),
-        (lambda p: p.write_bytes(write_synthetic_slide(p, 512, 512).read_bytes()[:100]), "truncated or damaged TIFF (100 bytes"),
+        (lambda p: p.write_bytes(write_synthetic_slide(p, 512, 512).read_bytes()[:100]),
+         "truncated or damaged TIFF (100 bytes"),
         (lambda p: p.write_bytes(b""), "empty file (0 bytes"),
         (lambda p: tifffile.imwrite(p, np.zeros((64, 64), np.uint16)),
          "not a brightfield RGB or 8-bit single-channel slide (found uint16 MINISBLACK 64x64"),

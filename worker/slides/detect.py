@@ -6,10 +6,11 @@ from pathlib import Path
 
 import tifffile
 
-from worker.slides.base import Slide, SlideError, fail, one_line
-from worker.slides.dicom import DicomSlide, dicom_files, is_dicom_file
-from worker.slides.tiff import TiffSlide, open_tiff, tiff_flavour
-from worker.slides.vendor import OpenSlideSlide, detect_format
+from worker.logfmt import one_line
+from worker.slides.dicom_slide import DicomSlide, dicom_files, is_dicom_file
+from worker.slides.openslide_slide import OpenSlideSlide, detect_format
+from worker.slides.slide import Slide, SlideError, fail
+from worker.slides.tiff_slide import open_tiff, tiff_flavour
 
 _TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic TIFF and BigTIFF, both byte orders
 # Multi-file formats whose index file names the slide inside a folder.

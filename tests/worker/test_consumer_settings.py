@@ -1,0 +1,22 @@
+"""ConsumerSettings: settings that cannot work are refused with one line naming the setting."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sqs_helpers import consumer_settings  # noqa: E402
+
+
+@pytest.mark.parametrize("kw,fragment", [
+    (dict(visibility_timeout_s=10, visibility_extension_interval_s=10), "visibility_extension_interval_s=10"),
+    (dict(visibility_timeout_s=0), "visibility_timeout_s=0"),
+    (dict(wait_time_s=21), "wait_time_s=21"),
+    (dict(mode="batch"), "mode='batch'"),
+])
+def test_settings_are_validated(kw, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        consumer_settings("http://q", **kw).validate()

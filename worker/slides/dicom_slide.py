@@ -1,0 +1,113 @@
+"""The wsidicom reader: DICOM WSI (VL Whole Slide Microscopy) as a folder of instances, or one instance file."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from worker.logfmt import one_line
+from worker.slides.colour import classify
+from worker.slides.slide import Level, Slide, SlideError, fail
+
+DICM_OFFSET = 128  # a DICOM Part 10 file: 128-byte preamble, then b"DICM"
+
+
+def is_dicom_file(path: Path) -> bool:
+    """Whether `path` is a DICOM Part 10 file (by its content, whatever its name)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(DICM_OFFSET)
+            return f.read(4) == b"DICM"
+    except OSError:
+        return False
+
+
+def dicom_files(folder: Path) -> list[Path]:
+    """The DICOM files directly in `folder`, by content (DICOM series often have no suffix at all)."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and is_dicom_file(p))
+
+
+class DicomSlide(Slide):
+    """A DICOM WSI read with wsidicom; the volume (not label or overview) instances, largest present level first."""
+
+    reader = "wsidicom"
+    format = "DICOM WSI"
+
+    def __init__(self, path: str | Path, *, mpp_um: float | None = None):
+        super().__init__(Path(path))
+        from wsidicom import WsiDicom
+
+        files = dicom_files(self.path) if self.path.is_dir() else [self.path]
+        if not files:
+            raise fail(self.path, "no DICOM files in the folder")
+        try:
+            self._wsi = WsiDicom.open(files)
+        except Exception as exc:  # noqa: BLE001 - pydicom and wsidicom raise many kinds on damaged input
+            raise fail(self.path, f"wsidicom cannot open the DICOM WSI ({one_line(exc)}; damaged, truncated or "
+                                  f"not a VL Whole Slide Microscopy series?)") from None
+        self._lock = threading.Lock()  # wsidicom shares file handles between reads
+        try:
+            self.associated_skipped = ((["label"] if self._wsi.labels else [])
+                                       + (["overview"] if self._wsi.overviews else []))
+            levels = list(self._wsi.levels)
+            if not levels:
+                raise fail(self.path, "the DICOM series has no volume (pyramid) instances")
+            base = levels[0]
+            w0, h0 = base.size.width, base.size.height
+            for i, lv in enumerate(levels):
+                w, h = lv.size.width, lv.size.height
+                self.levels.append(Level(i, w, h, (w0 / w + h0 / h) / 2, lv.tile_size.width, lv.tile_size.height,
+                                         native=lv.level))
+            ds = base.datasets[0]
+            self._samples = int(ds.samples_per_pixel)
+            photometric = str(ds.photometric_interpretation)
+            bits = int(getattr(ds, "bits", 8) or 8)
+            if bits != 8 or self._samples not in (1, 3):
+                raise fail(self.path, f"{bits}-bit {photometric} with {self._samples} samples per pixel: not 8-bit "
+                                      f"RGB or single-channel")
+            found = None
+            spacing = base.pixel_spacing  # mm per pixel (DICOM PixelSpacing: row spacing, column spacing)
+            if spacing is not None and float(spacing.width) > 0 and float(spacing.height) > 0:
+                found = (float(spacing.width) * 1000.0, float(spacing.height) * 1000.0, "DICOM PixelSpacing")
+            self._set_calibration(found, mpp_um)
+            self.colour = classify(self._sample_raw())
+            if self.colour.lut is None and self._samples == 1:
+                raise fail(self.path, f"{self.colour.kind}: the model needs stained RGB; found 1 sample per pixel "
+                                      f"({photometric}) on a bright background")
+        except SlideError:
+            self.close()
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.close()
+            raise fail(self.path,
+                       f"wsidicom cannot read the DICOM WSI ({one_line(exc)}; damaged or truncated?)") from None
+
+    def _calibration_sources(self) -> str:
+        return "no DICOM PixelSpacing"
+
+    def _raw_channels(self) -> int:
+        return 1 if self._samples == 1 else 3
+
+    def _read_raw(self, level: Level, x: int, y: int, w: int, h: int, out: np.ndarray) -> np.ndarray:
+        out[:] = 255
+        x0, y0 = max(x, 0), max(y, 0)
+        x1, y1 = min(x + w, level.width), min(y + h, level.height)
+        if x1 <= x0 or y1 <= y0:
+            return out
+        try:
+            with self._lock:
+                region = self._wsi.read_region((x0, y0), level.native, (x1 - x0, y1 - y0), as_array=True)
+        except Exception as exc:  # noqa: BLE001
+            raise fail(self.path, f"level {level.index} region ({x}, {y}, {w}x{h}) does not decode "
+                                  f"({one_line(exc)}; damaged or truncated?)") from None
+        region = np.asarray(region)
+        if region.ndim == 2:
+            region = region[..., None]
+        out[y0 - y : y1 - y, x0 - x : x1 - x] = region[..., : out.shape[-1]]
+        return out
+
+    def close(self) -> None:
+        if getattr(self, "_wsi", None) is not None:
+            self._wsi.close()
+            self._wsi = None
