@@ -6,12 +6,13 @@ The public surface is listed in `__all__`. Names load lazily, so `components.cat
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
     # The whole product
     "GpuBurstPlatform": "platform",
-    "StackConfig": "config", "WorkloadConfig": "config", "parse_config": "config",
+    "StackConfig": "config", "WorkloadConfig": "config", "parse_config": "config", "current_config": "config",
+    "WarmGpus": "config", "BurstBudget": "config",
     # Cluster and nodes
     "Cluster": "cluster", "ClusterArgs": "cluster",
     "Karpenter": "karpenter", "KarpenterArgs": "karpenter",
@@ -20,9 +21,11 @@ _EXPORTS: dict[str, str] = {
     "NvidiaDevicePlugin": "device_plugin", "NvidiaDevicePluginArgs": "device_plugin",
     # KEDA and the two workload patterns
     "Keda": "keda", "KedaArgs": "keda", "TriggerAuthSpec": "keda",
+    "KedaScalerAuth": "keda", "KedaScalerAuthArgs": "keda",
+    "WarmGpuFloor": "warm_floor", "WarmGpuFloorArgs": "warm_floor",
     "GpuScaledJob": "scaledjob", "GpuScaledJobArgs": "scaledjob", "ScaledJobSettings": "scaledjob",
     "GpuConsumer": "consumer", "GpuConsumerArgs": "consumer",
-    "WorkerPodSettings": "pod", "WorkerAccessArgs": "pod",
+    "WorkerPodSettings": "spec.worker_pod", "WorkerAccessArgs": "pod",
     "WorkloadFacts": "spec.workload", "PatternChoice": "planning.chooser", "choose_pattern": "planning.chooser",
     "require_pattern": "planning.chooser",
     # Queues, storage, image, identity
@@ -36,6 +39,29 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly (tests/test_public_surface.py)
+    from . import catalogue
+    from .cluster import Cluster, ClusterArgs
+    from .config import BurstBudget, StackConfig, WarmGpus, WorkloadConfig, current_config, parse_config
+    from .consumer import GpuConsumer, GpuConsumerArgs
+    from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+    from .identity import WorkloadIdentity, WorkloadIdentityArgs
+    from .image import WorkerImage, WorkerImageArgs
+    from .karpenter import Karpenter, KarpenterArgs
+    from .keda import Keda, KedaArgs, KedaScalerAuth, KedaScalerAuthArgs, TriggerAuthSpec
+    from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, ec2_nodeclass_manifest
+    from .nodepool import GpuNodePool, GpuNodePoolArgs, gpu_nodepool_manifest
+    from .planning.chooser import PatternChoice, choose_pattern, require_pattern
+    from .platform import GpuBurstPlatform
+    from .pod import WorkerAccessArgs
+    from .queue import WorkQueue, WorkQueueArgs
+    from .scaledjob import GpuScaledJob, GpuScaledJobArgs, ScaledJobSettings
+    from .spec.validation import ConfigError
+    from .spec.worker_pod import WorkerPodSettings
+    from .spec.workload import WorkloadFacts
+    from .storage import SlideStorage, SlideStorageArgs
+    from .warm_floor import WarmGpuFloor, WarmGpuFloorArgs
 
 
 def __getattr__(name: str) -> Any:
