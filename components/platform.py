@@ -131,6 +131,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace, self.nodepool.resource,
                                                                self.device_plugin.chart, *workload_priority]))
             common = dict(cluster_name=prefix, namespace=WORKLOAD_NAMESPACE, queue_url=queue.queue_url,
+                          queue_visibility_timeout_s=queue.visibility_timeout_s,
                           queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
                           bucket_arn=self.storage.results_bucket_arn,
                           slides_bucket_arn=self.storage.slides_bucket_arn, pod=pod,

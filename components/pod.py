@@ -228,6 +228,20 @@ class WorkerAccessArgs:
     """Customer-managed key of the results bucket (bucket_arn), if any. Default None."""
     network_policy: bool = True
     """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS). Default True."""
+    queue_visibility_timeout_s: int | None = None
+    """The work queue's visibility timeout, seconds, when known (`WorkQueue.visibility_timeout_s`): the pod's
+    `visibility_timeout_s` must equal it, or the worker renews on the wrong clock (too short a value lets a slow
+    slide reappear and be processed twice; too long, its renewals never keep up). Default None: not checked (a queue
+    declared in another stack)."""
+
+
+def check_queue_visibility(args: WorkerAccessArgs) -> None:
+    """ConfigError when the pod's visibility timeout disagrees with the queue's (when the queue's is known)."""
+    queue_s = args.queue_visibility_timeout_s
+    if queue_s is not None and args.pod.visibility_timeout_s != queue_s:
+        raise ConfigError("WorkerPodSettings.visibility_timeout_s", args.pod.visibility_timeout_s,
+                          f"the work queue's visibility timeout, {queue_s} s (WorkQueue.visibility_timeout_s, twice "
+                          "its expected processing time): the worker renews its messages on that clock")
 
 
 def declare_worker_identity(name: str, args: WorkerAccessArgs, service_account_name: str,
@@ -238,6 +252,7 @@ def declare_worker_identity(name: str, args: WorkerAccessArgs, service_account_n
 
     from .identity import WorkloadIdentity, WorkloadIdentityArgs
 
+    check_queue_visibility(args)
     policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
                            slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
                            dead_letter_queue_arn=args.dead_letter_queue_arn,

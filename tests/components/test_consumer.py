@@ -11,6 +11,7 @@ import pytest
 from components.catalogue import KUBERNETES_VERSION
 from components.consumer import GpuConsumer, GpuConsumerArgs, consumer_deployment_manifest, disruption_budget_manifest
 from components.pod import WorkerPodSettings
+from components.queue import WorkQueue, WorkQueueArgs
 from components.spec.policy_documents import allow_wildcard_actions
 from components.spec.validation import ConfigError
 from components.synth.mocks import run_under_mocks
@@ -167,3 +168,24 @@ def test_capacity_type_none_leaves_the_choice_to_the_pool_and_bad_values_are_ref
     with pytest.raises(ConfigError) as e:
         _pure(capacity_type="preemptible")
     assert str(e.value).startswith("GpuConsumerArgs.capacity_type: 'preemptible'") and "\n" not in str(e.value)
+
+
+def test_a_pod_visibility_that_disagrees_with_its_queue_is_refused():
+    def program(pod_visibility_s, queue_visibility_s):
+        def body():
+            queue = WorkQueue("studies-q", WorkQueueArgs(name="gpuburst-dev-studies", fifo=True,
+                                                         expected_processing_s=queue_visibility_s // 2,
+                                                         alarm_emails=["oncall@example.org"]))
+            GpuConsumer("studies", GpuConsumerArgs(
+                cluster_name="gpuburst-dev", namespace="gpuburst", queue_url=queue.queue_url, queue_arn=queue.queue_arn,
+                bucket_arn="arn:aws:s3:::gpuburst-dev-results",
+                queue_visibility_timeout_s=queue.visibility_timeout_s,
+                pod=WorkerPodSettings(image=IMAGE, visibility_timeout_s=pod_visibility_s)))
+        return body
+
+    with pytest.raises(ConfigError) as e:
+        run_under_mocks(program(60, 1200))
+    assert e.value.field == "WorkerPodSettings.visibility_timeout_s" and "1200 s" in str(e.value)
+    with pytest.raises(ConfigError):
+        run_under_mocks(program(600, 1200))  # the pod's default (600) against a 600 s-per-slide queue
+    assert run_under_mocks(program(1200, 1200)).monitor.by_type("gpuburst:index:GpuConsumer")
