@@ -16,7 +16,7 @@ from .catalogue import DEFAULT_SUPPORT_TYPE, KUBERNETES_VERSION, SUPPORT_TYPES, 
 from .karpenter import NODE_MANAGED_POLICIES, node_trust_policy
 from .nodeclass import DISCOVERY_TAG
 from .spec.names import POOL_LABEL, SYSTEM_POOL
-from .spec.validation import ConfigError, Rule, is_int_between, validate
+from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 
 _CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]*$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[0-9a-z]+$")
@@ -98,6 +98,7 @@ class ClusterArgs:
     """AWS partition of the managed-policy ARNs (`aws`, `aws-us-gov`). Default `aws`."""
 
 
+@names_its_errors
 class Cluster(pulumi.ComponentResource):
     """`pulumi_eks.Cluster` plus the system node group, the Pod Identity agent addon and Karpenter discovery tags."""
 

@@ -36,7 +36,7 @@ from .pod import (
     worker_network_policy,
 )
 from .spec.names import CAPACITY_TYPE_LABEL, WORKER_LABEL
-from .spec.validation import ConfigError
+from .spec.validation import ConfigError, names_its_errors
 from .spec.workload import WorkloadFacts, fact_annotations
 
 DEFAULT_CAPACITY_TYPE = "on-demand"
@@ -131,6 +131,7 @@ class GpuConsumerArgs(WorkerAccessArgs):
     NodePool must allow it. Default `on-demand` (see the module docstring); None lets the NodePool choose."""
 
 
+@names_its_errors
 class GpuConsumer(pulumi.ComponentResource):
     """Deployment (1 replica, Recreate) + its service account and least-privilege Pod Identity role."""
 

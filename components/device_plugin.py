@@ -9,7 +9,7 @@ import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS, DEVICE_PLUGIN_CDI_FEATURE_FLAGS, device_plugin_version_problem
 from .spec.names import GPU_PRESENT_LABEL, GPU_TOLERATION
-from .spec.validation import ConfigError
+from .spec.validation import ConfigError, names_its_errors
 
 CHART = "nvidia-device-plugin"
 """Key of the chart in catalogue.CHARTS."""
@@ -73,6 +73,7 @@ class NvidiaDevicePluginArgs:
     (`disable-nvsandboxutils`, the AL2023 NVIDIA AMI v20260423 workaround); () sets none."""
 
 
+@names_its_errors
 class NvidiaDevicePlugin(pulumi.ComponentResource):
     """`helm.v4.Chart` of the NVIDIA k8s-device-plugin at the catalogue's version, on GPU nodes only."""
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from .spec.validation import names_its_errors
+
 
 def pod_identity_trust_policy() -> dict:
     """The trust policy EKS Pod Identity needs: the pods.eks.amazonaws.com service assumes and tags the session."""
@@ -38,6 +40,7 @@ class WorkloadIdentityArgs:
     """More trust-policy statements (e.g. to let the KEDA operator role assume this one). Default: none."""
 
 
+@names_its_errors
 class WorkloadIdentity(pulumi.ComponentResource):
     """IAM role + inline policy + `aws.eks.PodIdentityAssociation` for one service account."""
 

@@ -21,7 +21,7 @@ import pulumi_aws as aws
 import pulumi_docker_build as docker_build
 
 from .catalogue import WORKER_BASE_IMAGE
-from .spec.validation import ConfigError, Rule, is_int_between, validate
+from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 
 WORKER_PLATFORM = "linux/amd64"
 """The one platform the worker is built for: the GPU instance families the NodePool allows are all x86-64."""
@@ -174,6 +174,7 @@ def lifecycle_policy(keep_tagged_images: int, untagged_expiry_days: int) -> dict
     ]}
 
 
+@names_its_errors
 class WorkerImage(pulumi.ComponentResource):
     """ECR repository (scan on push, immutable tags, KMS, lifecycle) + the worker image built and pushed to it."""
 

@@ -15,7 +15,7 @@ from .catalogue import CHARTS, KUBERNETES_VERSION, combination_problems, karpent
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .queue import TAG_ROLE
 from .spec.names import POOL_LABEL
-from .spec.validation import ConfigError, Rule, validate
+from .spec.validation import ConfigError, Rule, names_its_errors, validate
 
 SERVICE_ACCOUNT = "karpenter"
 """Service account of the Karpenter controller (the Pod Identity association names it)."""
@@ -377,6 +377,7 @@ KARPENTER_RULES = (
 )
 
 
+@names_its_errors
 class Karpenter(pulumi.ComponentResource):
     """Karpenter with its AWS side (identity, node role + access entry, interruption queue/rules) and both charts."""
 

@@ -25,7 +25,7 @@ from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .spec.keda_schema import API_VERSION, AUTH_KINDS, check_keda_manifest
 from .spec.names import POOL_LABEL, SYSTEM_POOL
 from .spec.policy_documents import policy_document, queue_metrics_statements
-from .spec.validation import ConfigError
+from .spec.validation import ConfigError, names_its_errors
 
 KEDA_CHART = CHARTS["keda"]
 """The pinned KEDA chart (name, repository, version, namespace) from the catalogue."""
@@ -147,6 +147,7 @@ class KedaArgs:
     Default none."""
 
 
+@names_its_errors
 class Keda(pulumi.ComponentResource):
     """The KEDA chart in namespace `keda` on the system nodes, with the operator's Pod Identity role."""
 
@@ -228,6 +229,7 @@ class KedaScalerAuthArgs:
     sqs:GetQueueAttributes on the queue. 'workload' is refused (see `KedaScalerAuth`)."""
 
 
+@names_its_errors
 class KedaScalerAuth(pulumi.ComponentResource):
     """A queue's scaler identity: a role that may only read the queue's attributes, assumable by the KEDA operator,
     and the TriggerAuthentication (`provider: aws`, `roleArn`) that points KEDA at it."""

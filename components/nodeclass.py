@@ -11,7 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import catalogue
-from .spec.validation import ConfigError, Rule, validate
+from .spec.validation import ConfigError, Rule, names_its_errors, validate
 
 NODECLASS_API_VERSION = "karpenter.k8s.aws/v1"
 """apiVersion of EC2NodeClass (served by every Karpenter the catalogue accepts, >= 1.0.3)."""
@@ -205,6 +205,7 @@ class Ec2NodeClassArgs:
     """nodeadm's FastImagePull feature gate (SOCI parallel pull) in the NodeConfig user data. Default True."""
 
 
+@names_its_errors
 class Ec2NodeClass(pulumi.ComponentResource):
     """The EC2NodeClass custom resource (`kubernetes:karpenter.k8s.aws/v1:EC2NodeClass`)."""
 

@@ -20,7 +20,7 @@ from .spec.gpu_pool import (
 )
 from .spec.names import GPU_PRESENT_LABEL, GPU_TAINT, POOL_LABEL
 from .spec.quantity import is_quantity
-from .spec.validation import ConfigError, Rule, is_int_between, validate
+from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 
 _DURATION = re.compile(r"^([0-9]+(s|m|h))+$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -166,6 +166,7 @@ class GpuNodePoolArgs:
     """NodePool weight (1-100) among pools; None (default) leaves it unset."""
 
 
+@names_its_errors
 class GpuNodePool(pulumi.ComponentResource):
     """The NodePool custom resource (`kubernetes:karpenter.sh/v1:NodePool`)."""
 

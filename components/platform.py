@@ -17,6 +17,7 @@ from .planning.chooser import PatternChoice, choose_pattern, require_pattern
 from .pod import WorkerPodSettings
 from .queue import WorkQueue, WorkQueueArgs
 from .scaledjob import GpuScaledJob, GpuScaledJobArgs
+from .spec.validation import names_its_errors
 from .spec.workload import WorkloadFacts
 from .storage import SlideStorage, SlideStorageArgs
 from .warm_floor import WarmGpuFloor, WarmGpuFloorArgs
@@ -44,6 +45,7 @@ def choose_patterns(config: StackConfig) -> dict[str, PatternChoice]:
     return choices
 
 
+@names_its_errors
 class GpuBurstPlatform(pulumi.ComponentResource):
     """EKS + Karpenter GPU NodePool + device plugin + KEDA + queues + storage + worker image + workloads."""
 

@@ -16,7 +16,7 @@ import pulumi
 import pulumi_aws as aws
 
 from .spec import policy_documents
-from .spec.validation import ConfigError, Rule, is_int_between, validate
+from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 
 SQS_MAX_VISIBILITY_TIMEOUT_S = 43200
 """SQS's ceiling on a visibility timeout (12 hours)."""
@@ -303,6 +303,7 @@ def alarm_specs(args: WorkQueueArgs, name: str) -> list[AlarmSpec]:
 # The component.
 # --------------------------------------------------------------------------------------------------------------------
 
+@names_its_errors
 class WorkQueue(pulumi.ComponentResource):
     """SQS work queue + DLQ (redrive, TLS-only policies, SSE), two CloudWatch alarms, and an encrypted SNS topic."""
 

@@ -29,7 +29,7 @@ from .pod import (
 )
 from .spec.keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
 from .spec.names import WORKER_LABEL
-from .spec.validation import ConfigError, Rule, is_int_between, validate
+from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 from .spec.workload import WorkloadFacts, fact_annotations
 
 
@@ -158,6 +158,7 @@ class GpuScaledJobArgs(WorkerAccessArgs):
     """KEDA pollingInterval, seconds, used when `settings` is None. Default None: ScaledJobSettings' default (30)."""
 
 
+@names_its_errors
 class GpuScaledJob(pulumi.ComponentResource):
     """ScaledJob + its service account and least-privilege Pod Identity role + the queue's scaler identity."""
 

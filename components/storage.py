@@ -19,7 +19,7 @@ import pulumi
 import pulumi_aws as aws
 
 from .spec import policy_documents
-from .spec.validation import ConfigError, Rule, is_int_between, validate
+from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 
 SSE_ALGORITHM = "aws:kms"
 """Default encryption of both buckets (see the module docstring for why not AES256)."""
@@ -150,6 +150,7 @@ class _PrivateBucket:
             opts=pulumi.ResourceOptions(parent=parent, depends_on=[self.public_access_block, self.ownership]))
 
 
+@names_its_errors
 class SlideStorage(pulumi.ComponentResource):
     """The slides bucket and the results bucket, each private, SSE-KMS with a bucket key, versioned, TLS-only."""
 

@@ -24,7 +24,7 @@ from .catalogue import PAUSE_IMAGE
 from .spec.keda_schema import API_VERSION as KEDA_API_VERSION
 from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION
 from .spec.quantity import fmt_cpu
-from .spec.validation import ConfigError
+from .spec.validation import ConfigError, names_its_errors
 from .spec.worker_pod import WorkerPodSettings
 
 PLACEHOLDER_NAME = "gpuburst-warm-floor"
@@ -185,6 +185,7 @@ class WarmGpuFloorArgs:
     not cached)."""
 
 
+@names_its_errors
 class WarmGpuFloor(pulumi.ComponentResource):
     """Both PriorityClasses, the placeholder Deployment and the cron ScaledObject that keeps it up on a schedule."""
 

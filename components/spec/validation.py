@@ -7,11 +7,38 @@ from typing import Any
 
 
 class ConfigError(ValueError):
-    """A bad input, reported in one line that names the field and the value."""
+    """A bad input, reported in one line that names the field and the value (and, raised inside a component, which
+    component and resource: `GpuNodePool 'gpu': instance_types: [...] is not valid: ...`)."""
 
-    def __init__(self, field: str, value: Any, expected: str) -> None:
-        self.field, self.value, self.expected = field, value, expected
-        super().__init__(f"{field}: {value!r} is not valid: {expected}")
+    def __init__(self, field: str, value: Any, expected: str, where: str | None = None) -> None:
+        self.field, self.value, self.expected, self.where = field, value, expected, where
+        text = f"{field}: {value!r} is not valid: {expected}"
+        super().__init__(f"{where}: {text}" if where else text)
+
+    @property
+    def detail(self) -> str:
+        """The message without the place: `field: value is not valid: expected`."""
+        return f"{self.field}: {self.value!r} is not valid: {self.expected}"
+
+    def located(self, where: str) -> ConfigError:
+        """The same error, said as raised in `where` (kept when it already names a place: the innermost wins)."""
+        return self if self.where else ConfigError(self.field, self.value, self.expected, where)
+
+
+def names_its_errors(cls: type) -> type:
+    """Class decorator for a ComponentResource: a ConfigError its constructor raises names the component type and
+    the resource name (`Kind 'name': ...`), so an error in a program of many components says which one."""
+    init = cls.__init__
+
+    def __init__(self: Any, name: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, name, *args, **kwargs)
+        except ConfigError as e:
+            raise e.located(f"{cls.__name__} {name!r}") from None
+
+    __init__.__doc__, __init__.__wrapped__ = init.__doc__, init  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls
 
 
 @dataclass(frozen=True)

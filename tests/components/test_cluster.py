@@ -171,7 +171,8 @@ def test_config_errors_are_one_line_and_name_the_field(kw, field):
     with pytest.raises(ConfigError) as e:
         run(ClusterArgs(**{"name": NAME, **kw}))
     assert e.value.field == field and "\n" not in str(e.value)
-    assert str(e.value).startswith(f"{field}: ")
+    assert e.value.detail.startswith(f"{field}: ")
+    assert str(e.value).startswith(f"Cluster 'cluster': {field}: ")  # which component, which resource
 
 
 def test_no_default_vpc_subnets_and_none_given_is_a_config_error():

@@ -118,7 +118,7 @@ def test_no_disruption_budget_by_default_and_optional(res):
 def test_grace_and_visibility_refused(kw, field):
     with pytest.raises(ConfigError) as e:
         run(**kw)
-    assert str(e.value).startswith(f"WorkerPodSettings.{field}: ")
+    assert e.value.detail.startswith(f"WorkerPodSettings.{field}: ")
 
 
 def test_pure_builder():
@@ -167,7 +167,7 @@ def test_capacity_type_none_leaves_the_choice_to_the_pool_and_bad_values_are_ref
     kubernetes_validate.validate(_pure(), KUBERNETES_VERSION, strict=True)
     with pytest.raises(ConfigError) as e:
         _pure(capacity_type="preemptible")
-    assert str(e.value).startswith("GpuConsumerArgs.capacity_type: 'preemptible'") and "\n" not in str(e.value)
+    assert e.value.detail.startswith("GpuConsumerArgs.capacity_type: 'preemptible'") and "\n" not in str(e.value)
 
 
 def test_a_pod_visibility_that_disagrees_with_its_queue_is_refused():

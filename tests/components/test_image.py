@@ -239,5 +239,5 @@ def test_relative_default_paths_resolve_from_the_working_directory(context, monk
 
 def test_a_missing_dockerfile_stops_the_program(context):
     (context / "worker" / "Dockerfile").unlink()
-    with pytest.raises(ConfigError, match=r"^dockerfile: 'worker/Dockerfile' is not valid"):
+    with pytest.raises(ConfigError, match=r"^WorkerImage '[^']+': dockerfile: 'worker/Dockerfile' is not valid"):
         _run(WorkerImageArgs(context=str(context)))

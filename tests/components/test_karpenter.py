@@ -146,8 +146,9 @@ def test_bad_versions_are_refused_at_construction_in_one_line(kw, field, value):
     args = {"cluster_name": CLUSTER, **kw}
     with pytest.raises(ConfigError) as e:
         run_under_mocks(lambda: Karpenter("karpenter", KarpenterArgs(**args)))
-    msg = str(e.value)
-    assert "\n" not in msg and msg.startswith(f"{field}: {value!r}")
+    msg = e.value.detail
+    assert "\n" not in str(e.value) and msg.startswith(f"{field}: {value!r}")
+    assert e.value.where and e.value.where.startswith("Karpenter ")
     if value == "1.0.1":
         assert "Neuron" in msg  # the reason from the catalogue, not a restatement
 
@@ -355,4 +356,4 @@ def test_batch_settings_reach_the_controller_chart():
 def test_bad_batch_settings_are_refused_in_one_line(kw, field):
     with pytest.raises(ConfigError) as e:
         run_under_mocks(lambda: Karpenter("karpenter", KarpenterArgs(cluster_name=CLUSTER, **kw)))
-    assert "\n" not in str(e.value) and str(e.value).startswith(f"{field}: ")
+    assert "\n" not in str(e.value) and e.value.detail.startswith(f"{field}: ")

@@ -126,14 +126,14 @@ def test_identity_owner_workload_refused():
 def test_keda_older_than_minimum_refused(version):
     with pytest.raises(ConfigError) as e:
         run(version=version)
-    assert str(e.value).startswith(f"KedaArgs.version: {version!r} is not valid: keda {version} is older than the "
+    assert e.value.detail.startswith(f"KedaArgs.version: {version!r} is not valid: keda {version} is older than the "
                                    f"minimum {catalogue.KEDA_MINIMUM}")
 
 
 def test_extra_trigger_authentications_are_checked_at_construction():
     with pytest.raises(ConfigError) as e:
         run(trigger_authentications=[TriggerAuthSpec("old", "gpuburst", provider="aws-eks")])
-    assert str(e.value).startswith("TriggerAuthentication gpuburst/old spec.podIdentity.provider: 'aws-eks'")
+    assert e.value.detail.startswith("TriggerAuthentication gpuburst/old spec.podIdentity.provider: 'aws-eks'")
     res = run(trigger_authentications=[TriggerAuthSpec("shared", None, identity_owner="keda",
                                                        kind="ClusterTriggerAuthentication")])
     kinds = sorted(r.type for r in res.registrations if r.type.startswith("kubernetes:keda.sh"))

@@ -149,9 +149,9 @@ def test_derived_age_threshold_must_stay_below_retention():
 
 
 def test_the_component_validates_before_registering_anything():
-    with pytest.raises(ConfigError, match=r"^max_receive_count: 0 "):
+    with pytest.raises(ConfigError, match=r"^WorkQueue 'slides': max_receive_count: 0 "):
         run_under_mocks(lambda: WorkQueue("slides", _args(max_receive_count=0)))
-    with pytest.raises(ConfigError, match=r"^name: 'Bad\.Name' "):
+    with pytest.raises(ConfigError, match=r"^WorkQueue 'Bad\.Name': name: 'Bad\.Name' "):
         run_under_mocks(lambda: WorkQueue("Bad.Name", _args()))
 
 

@@ -167,7 +167,7 @@ def test_built_in_kinds_validate_strictly(res, sj):
 def test_ordered_or_stateful_work_refused(kw, fact):
     with pytest.raises(ConfigError) as e:
         run(facts_=facts(**kw))
-    assert str(e.value).startswith(f"WorkloadFacts.{fact}: True" if fact != "items_independent"
+    assert e.value.detail.startswith(f"WorkloadFacts.{fact}: True" if fact != "items_independent"
                                    else "WorkloadFacts.items_independent: False")
     assert "ScaledJob cannot carry this work" in str(e.value)
 
@@ -195,13 +195,13 @@ def test_accurate_strategy_turns_off_in_flight_counting(upstream_crds):
 def test_bad_settings_refused(settings, field):
     with pytest.raises(ConfigError) as e:
         run(settings=settings)
-    assert str(e.value).startswith(f"ScaledJobSettings.{field}: ")
+    assert e.value.detail.startswith(f"ScaledJobSettings.{field}: ")
 
 
 def test_active_deadline_must_cover_load_and_work():
     with pytest.raises(ConfigError) as e:
         run(facts_=facts(model_load_s=120, seconds_per_item=600), settings=ScaledJobSettings(active_deadline_s=700))
-    assert str(e.value) == ("ScaledJobSettings.active_deadline_s: 700 is not valid: more than model_load_s + "
+    assert e.value.detail == ("ScaledJobSettings.active_deadline_s: 700 is not valid: more than model_load_s + "
                             "max_messages_per_job x seconds_per_item = 720 s")
 
 
@@ -252,5 +252,6 @@ def test_polling_interval_from_the_stack_config_reaches_the_scaledjob():
 
 
 def test_polling_interval_from_the_stack_config_is_checked():
-    with pytest.raises(ConfigError, match=r"^ScaledJobSettings.polling_interval_s: 2 is not valid"):
+    with pytest.raises(ConfigError, match=r"^GpuScaledJob '[^']+': ScaledJobSettings.polling_interval_s: 2 is not "
+                                          r"valid"):
         run_with_polling(2)

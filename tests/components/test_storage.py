@@ -130,7 +130,7 @@ def test_each_bad_field_is_a_one_line_error_naming_field_and_value(field, value)
 
 
 def test_same_name_for_both_buckets_is_refused():
-    with pytest.raises(ConfigError, match=r"^results_bucket_name: 'same' "):
+    with pytest.raises(ConfigError, match=r"^SlideStorage '[^']+': results_bucket_name: 'same' "):
         run_under_mocks(lambda: SlideStorage("d", SlideStorageArgs(slides_bucket_name="same",
                                                                   results_bucket_name="same")))
 

@@ -287,3 +287,21 @@ def test_a_folder_without_a_project_is_refused_in_one_line(tmp_path):
     proc = run_synth(tmp_path / "out", "--project-dir", str(tmp_path), "--stack", "dev")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "no Pulumi.yaml there" in proc.stderr and str(tmp_path) in proc.stderr
+
+
+def test_an_error_in_another_projects_component_names_the_component_and_nothing_else(tmp_path):
+    project = tmp_path / "lab"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text("name: lab\nruntime: python\n")
+    (project / "Pulumi.dev.yaml").write_text("config:\n  aws:region: eu-west-1\n")
+    (project / "__main__.py").write_text(
+        "from components.queue import WorkQueue, WorkQueueArgs\n"
+        "from components.nodepool import GpuNodePool, GpuNodePoolArgs\n"
+        "WorkQueue('q', WorkQueueArgs(name='lab-slides', expected_processing_s=300, alarm_emails=['a@example.org']))\n"
+        "GpuNodePool('pool', GpuNodePoolArgs(nodeclass_name='gpu', crd_chart=None, gpu_limit=4,\n"
+        "                                    instance_types=['g5.2xlarge']))\n")
+    proc = run_synth(tmp_path / "out", "--project-dir", str(project), "--stack", "dev")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("synth: GpuNodePool 'pool': instance_types: ['g5.2xlarge'] is not valid: "), \
+        proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr  # one line: no asyncio traceback under it
