@@ -182,8 +182,9 @@ class Ec2NodeClassArgs:
     """Name (not ARN) of the Karpenter node IAM role, as a plain string (Karpenter.node_role_name)."""
     cluster_name: str
     """EKS cluster name, plain string; also the value of the discovery tag."""
-    crd_chart: pulumi.Resource
-    """The `karpenter-crd` chart (Karpenter.crd_chart): the EC2NodeClass CRD must exist first."""
+    crd_chart: pulumi.Resource | None = None
+    """The `karpenter-crd` chart (Karpenter.crd_chart) the EC2NodeClass waits for. Default None: Karpenter (and its
+    CRDs) is installed elsewhere, e.g. by a platform stack this one attaches to."""
     nodeclass_name: str = "gpu"
     """metadata.name of the EC2NodeClass. Default `gpu`."""
     ami_alias: str = "al2023@latest"
@@ -220,5 +221,5 @@ class Ec2NodeClass(pulumi.ComponentResource):
         self.resource = k8s.apiextensions.CustomResource(
             f"{name}-nodeclass", api_version=manifest["apiVersion"], kind=manifest["kind"],
             metadata=manifest["metadata"], spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.crd_chart]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.crd_chart] if args.crd_chart else []))
         self.register_outputs({"nodeclassName": self.nodeclass_name})

@@ -139,10 +139,11 @@ class GpuNodePoolArgs:
 
     nodeclass_name: str
     """metadata.name of the EC2NodeClass the nodes use (Ec2NodeClass.nodeclass_name), plain string."""
-    crd_chart: pulumi.Resource
-    """The `karpenter-crd` chart (Karpenter.crd_chart): the NodePool CRD must exist first."""
     gpu_limit: int
     """Most GPUs the pool may hold at once (the spending cap). No default."""
+    crd_chart: pulumi.Resource | None = None
+    """The `karpenter-crd` chart (Karpenter.crd_chart) the NodePool waits for. Default None: Karpenter (and its CRDs)
+    is installed elsewhere, e.g. by a platform stack this one attaches to."""
     nodepool_name: str = "gpu"
     """metadata.name of the NodePool; also the value of the `gpuburst.io/pool` node label. Default `gpu`."""
     instance_types: Sequence[str] = DEFAULT_GPU_INSTANCE_TYPES
@@ -183,5 +184,5 @@ class GpuNodePool(pulumi.ComponentResource):
         self.resource = k8s.apiextensions.CustomResource(
             f"{name}-nodepool", api_version=manifest["apiVersion"], kind=manifest["kind"],
             metadata=manifest["metadata"], spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.crd_chart]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.crd_chart] if args.crd_chart else []))
         self.register_outputs({"nodepoolName": self.nodepool_name})

@@ -187,3 +187,18 @@ def test_capacity_types_are_written_as_given_and_on_demand_selector_matches_the_
     # A pod selecting on-demand only must still fit the pool (else it is Pending for ever).
     assert ON_DEMAND_NODE_SELECTOR == {CAPACITY_TYPE_LABEL: "on-demand"}
     assert ON_DEMAND_NODE_SELECTOR[CAPACITY_TYPE_LABEL] in req["values"]
+
+
+def test_a_pool_attached_to_karpenter_installed_elsewhere_needs_no_crd_chart():
+    from components.nodeclass import Ec2NodeClass, Ec2NodeClassArgs
+
+    def program():
+        Ec2NodeClass("gpu-class", Ec2NodeClassArgs(node_role="platform-karpenter-node", cluster_name="platform"))
+        GpuNodePool("gpu", GpuNodePoolArgs(nodeclass_name="gpu", gpu_limit=4))
+
+    res = run_under_mocks(program)
+    pools = res.monitor.by_type("kubernetes:karpenter.sh/v1:NodePool")
+    classes = res.monitor.by_type("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    assert len(pools) == len(classes) == 1
+    assert pools[0].dependencies == [] and classes[0].dependencies == []
+    assert res.monitor.by_type("kubernetes:helm.sh/v4:Chart") == []  # nothing of Karpenter installed here
