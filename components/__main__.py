@@ -6,6 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+PROG = f"python -m {__package__ or 'components'}"
+"""How the user called us: `python -m components` in this repository, `python -m gpuburst` once installed."""
+
 CHARTS_HELP = ("chart cache folder of <chart>-<version>.tgz archives (default: $GPUBURST_CHARTS, else ../shared/charts "
                "beside the project when present, else $XDG_CACHE_HOME/gpuburst/charts or ~/.cache/gpuburst/charts)")
 
@@ -15,7 +18,7 @@ def _synth(argv: list[str]) -> int:
     from .synth.synth import SynthError, checkov_charts, summary, synth
 
     parser = argparse.ArgumentParser(
-        prog="python -m components synth",
+        prog=f"{PROG} synth",
         description="Run the stack's Pulumi program offline under recording mocks and write the plan: "
                     "OUT/plan.json (every registration, sorted by URN, with each Helm chart's rendered objects as "
                     "its children) and OUT/manifests/*.yaml (the charts' objects under OUT/manifests/<chart>/).")
@@ -36,7 +39,7 @@ def _synth(argv: list[str]) -> int:
         return 2
     for entry in result.plan.get("shallow") or []:
         print(f"synth: chart {entry['chart']} {entry['version']} not rendered: {entry['reason']}; the plan is "
-              f"shallow (fill the cache with `python -m components charts pull`)", file=sys.stderr)
+              f"shallow (fill the cache with `{PROG} charts pull`)", file=sys.stderr)
     checkov_charts(result)
     print(summary(result))
     return 0
@@ -47,7 +50,7 @@ def _charts(argv: list[str]) -> int:
     from .synth.charts import PULL_TIMEOUT_S, ChartError, pull, pull_destination
 
     parser = argparse.ArgumentParser(
-        prog="python -m components charts",
+        prog=f"{PROG} charts",
         description="`pull`: download every chart of catalogue.CHARTS (components/catalogue/pins.py), at its "
                     "pinned version, from its repository into the chart cache the synth renders from (needs the "
                     "network).")
@@ -110,7 +113,7 @@ def _plan_burst(argv: list[str]) -> int:
     from .spec.validation import ConfigError
 
     parser = argparse.ArgumentParser(
-        prog="python -m components plan-burst",
+        prog=f"{PROG} plan-burst",
         description=textwrap.fill(
                     "Model a burst, or a recorded trace of arrivals, through the stack as configured (KEDA poll, "
                     "Karpenter NodeClaim, EC2 launch, GPU registration, image pull, model load, inference, "
@@ -168,13 +171,13 @@ COMMANDS = {"synth": _synth, "charts": _charts, "verify": _verify, "plan-burst":
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: python -m components {synth,charts,verify,plan-burst} [options]\n\n"
+        print(f"usage: {PROG} {{synth,charts,verify,plan-burst}} [options]\n\n"
               "  synth   render the whole stack offline under Pulumi mocks (out/plan.json, out/manifests/)\n"
               "  charts  `charts pull`: fill the chart cache with the pinned Helm charts (online)\n"
               "  verify  post-upgrade checks against the live cluster and AWS (exit 1 on any failure)\n"
               "  plan-burst  model a burst or a trace: time to first/last result, latency and cost, ScaledJob vs "
               "consumer\n\n"
-              "Run `python -m components COMMAND --help` for a command's options.",
+              f"Run `{PROG} COMMAND --help` for a command's options.",
               file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     return COMMANDS[argv[0]](argv[1:])

@@ -22,7 +22,7 @@ from .checks import CHECK_NAMES, CHECKS, OPT_IN_NAMES, run_checks, selected
 from .context import Context
 from .model import FAIL, CheckResult, Clock, VerifySettings, Workload
 
-PROG = "python -m components verify"
+PROG = f"python -m {(__package__ or 'components.verify').split('.')[0]} verify"
 STACK_OUTPUT_TIMEOUT_S = 60
 """How long `pulumi stack output` may take before verify gives up."""
 

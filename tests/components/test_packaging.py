@@ -97,3 +97,16 @@ def test_every_room_of_the_components_is_in_the_wheel():
     rooms = {".".join(("gpuburst", *p.parent.relative_to(ROOT / "components").parts))
              for p in (ROOT / "components").rglob("__init__.py")}
     assert rooms == listed, f"pyproject.toml packages {sorted(listed)} != packages under components/ {sorted(rooms)}"
+
+
+def test_the_command_line_names_itself_as_it_was_called(tmp_path):
+    # Installed (make test installs the package), `python -m gpuburst` must not say `python -m components`.
+    for package in ("gpuburst", "components"):
+        cwd = tmp_path if package == "gpuburst" else ROOT
+        out = subprocess.run([sys.executable, "-m", package, "synth", "--help"], cwd=cwd, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"usage: python -m {package} synth"), out.stdout[:200]
+        verify = subprocess.run([sys.executable, "-m", package, "verify", "--help"], cwd=cwd, capture_output=True,
+                                text=True, timeout=60)
+        assert verify.stdout.startswith(f"usage: python -m {package} verify"), verify.stdout[:200]
