@@ -1,7 +1,6 @@
 """The NVIDIA device plugin chart, scheduled only onto GPU nodes, which advertises `nvidia.com/gpu` to the scheduler."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import pulumi
@@ -9,13 +8,12 @@ import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS, DEVICE_PLUGIN_CDI_FEATURE_FLAGS, device_plugin_version_problem
 from .spec.names import GPU_PRESENT_LABEL, GPU_TOLERATION
-from .spec.validation import ConfigError, names_its_errors
+from .spec.validation import ConfigError, is_cdi_feature_flag, names_its_errors
 
 CHART = "nvidia-device-plugin"
 """Key of the chart in catalogue.CHARTS."""
 
 
-_CDI_FLAG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 DEVICE_PLUGIN_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "256Mi"}}
 """Requests and limits of every device-plugin container (the plugin, the MPS control daemon and its init container).
@@ -86,7 +84,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
         if problem:
             raise ConfigError("nvidia_device_plugin.version", args.version, problem)
         flags = tuple(args.cdi_feature_flags)
-        if not all(isinstance(f, str) and _CDI_FLAG.match(f) for f in flags):
+        if not all(is_cdi_feature_flag(f) for f in flags):
             raise ConfigError("nvidia_device_plugin.cdi_feature_flags", list(flags),
                               "CDI feature flags as lower-case words joined by '-', e.g. ('disable-nvsandboxutils',)")
         super().__init__("gpuburst:index:NvidiaDevicePlugin", name, None, opts)

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import catalogue
 from ..planning.chooser import require_pattern
-from ..spec.validation import ConfigError, Rule, is_int_between, validate
+from ..spec.validation import ConfigError, Rule, is_cdi_feature_flag, is_int_between, validate
 from .stack import BURST_BUDGET_MAX_S, NAMESPACE, WARM_GPUS_MAX, BurstBudget, StackConfig, WarmGpus, WorkloadConfig
 
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
@@ -29,7 +29,6 @@ _ALIAS = re.compile(r"^al2023@(latest|v\d{8})$")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 
-_CDI_FLAG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
 def _is_cidr(v: Any) -> bool:
@@ -191,7 +190,7 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
              f"a Kubernetes minor version such as {catalogue.KUBERNETES_VERSION!r}"),
         Rule("upgradeSupportType", lambda v: v in catalogue.SUPPORT_TYPES,
              f"one of {catalogue.join(catalogue.SUPPORT_TYPES)} (the EKS cluster's upgradePolicy.supportType)"),
-        Rule("devicePluginCdiFeatureFlags", lambda v: _str_list(v) and all(_CDI_FLAG.match(x) for x in v)
+        Rule("devicePluginCdiFeatureFlags", lambda v: _str_list(v) and all(is_cdi_feature_flag(x) for x in v)
              and len(set(v)) == len(v),
              "a list of distinct CDI feature flags, lower-case words joined by '-', e.g. ['disable-nvsandboxutils'] "
              "(or [] for none)"),

@@ -1,6 +1,7 @@
 """Validation as a table of rules whose one-line messages quote the field, the value and what is allowed."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,14 @@ class ConfigError(ValueError):
     def located(self, where: str) -> ConfigError:
         """The same error, said as raised in `where` (kept when it already names a place: the innermost wins)."""
         return self if self.where else ConfigError(self.field, self.value, self.expected, where)
+
+
+_CDI_FEATURE_FLAG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+def is_cdi_feature_flag(v: Any) -> bool:
+    """A CDI feature flag as the NVIDIA device plugin takes them: lower-case words joined by '-'."""
+    return isinstance(v, str) and bool(_CDI_FEATURE_FLAG.match(v))
 
 
 def names_its_errors(cls: type) -> type:
