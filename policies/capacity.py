@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components import catalogue
-from components.spec.names import GPU_RESOURCE
-from components.spec.quantity import GI, MI, fmt_cpu, fmt_mem, parse_quantity
-
+from ._components import GI, GPU_RESOURCE, MI, catalogue, fmt_cpu, fmt_mem, parse_quantity
 from .fit import match
 from .plan import Res, describe_res
 from .resources import POD_TEMPLATE_PATHS, dig, join_path, k8s_kind

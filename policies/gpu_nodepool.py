@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.spec import names
-from components.spec.names import GPU_RESOURCE, GPU_TAINT
-
+from ._components import GPU_RESOURCE, GPU_TAINT, names
 from .declare import resource_policy
 from .resources import (
     NODEPOOL,

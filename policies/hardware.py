@@ -5,8 +5,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from components import catalogue
-
+from ._components import catalogue
 from .declare import plan_policy
 from .gpu_nodepool import gpu_evidence
 from .plan import Res, meta_name

@@ -31,8 +31,7 @@ import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
-from components.synth.mocks import UNKNOWN as PLAN_UNKNOWN
-
+from ._components import PLAN_UNKNOWN
 from .unknowns import SENTINELS, UNKNOWN_STRING
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

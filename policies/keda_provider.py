@@ -12,8 +12,7 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel
 
-from components import catalogue
-
+from ._components import catalogue
 from .declare import plan_policy, resource_policy
 from .plan import Res
 from .resources import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.spec.names import (
+from ._components import (
     GPU_PRESENT_LABEL,
     GPU_RESOURCE,
     GPU_TOLERATION,
@@ -13,7 +13,6 @@ from components.spec.names import (
     POOL_LABEL,
     SYSTEM_POOL,
 )
-
 from .capacity import (
     RESOURCES,
     daemonset_pods,

@@ -17,8 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.spec.names import INSTANCE_TYPE_LABEL
-
+from ._components import INSTANCE_TYPE_LABEL
 from .resources import fmt, join_path
 from .unknowns import UNKNOWN
 

@@ -6,10 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import catalogue
-from components.spec.names import CAPACITY_TYPE_LABEL, NODEPOOL_LABEL
-from components.spec.quantity import GI, parse_quantity
-
+from ._components import CAPACITY_TYPE_LABEL, GI, NODEPOOL_LABEL, catalogue, parse_quantity
 from .plan import Res, meta_name
 from .resources import (
     EC2NODECLASS,

@@ -30,8 +30,7 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema
 
-from components import catalogue
-
+from ._components import catalogue
 from .declare import plan_policy, resource_policy
 from .plan import Res, chart_ref
 from .resources import CLUSTER_TYPES, HELM_CHART_TYPES, SCALED_JOB, Found, dig, fmt, is_kind

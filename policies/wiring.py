@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from components import catalogue
-
+from ._components import catalogue
 from .declare import plan_policy
 from .plan import Res, chart_of, charts, describe_res, meta_name, meta_namespace, rendered
 from .resources import (

@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from components.spec.names import GPU_PRESENT_LABEL, GPU_RESOURCE, GPU_TAINT, GPU_TOLERATION
-
+from ._components import GPU_PRESENT_LABEL, GPU_RESOURCE, GPU_TAINT, GPU_TOLERATION
 from .declare import resource_policy
 from .plan import Res
 from .resources import (
