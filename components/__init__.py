@@ -28,6 +28,11 @@ _EXPORTS: dict[str, str] = {
     "WorkerPodSettings": "spec.worker_pod", "WorkerAccessArgs": "pod",
     "WorkloadFacts": "spec.workload", "PatternChoice": "planning.chooser", "choose_pattern": "planning.chooser",
     "require_pattern": "planning.chooser",
+    # What another stack already runs: referenced, not re-created
+    "ExistingKeda": "existing", "ExistingKedaArgs": "existing",
+    "ExistingKarpenter": "existing", "ExistingKarpenterArgs": "existing",
+    "ExistingCluster": "existing", "ExistingClusterArgs": "existing", "ExistingNodeClass": "existing",
+    "ExistingNetwork": "existing",
     # Queues, storage, image, identity
     "WorkQueue": "queue", "WorkQueueArgs": "queue",
     "SlideStorage": "storage", "SlideStorageArgs": "storage",
@@ -46,6 +51,16 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly 
     from .config import BurstBudget, StackConfig, WarmGpus, WorkloadConfig, current_config, parse_config
     from .consumer import GpuConsumer, GpuConsumerArgs
     from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+    from .existing import (
+        ExistingCluster,
+        ExistingClusterArgs,
+        ExistingKarpenter,
+        ExistingKarpenterArgs,
+        ExistingKeda,
+        ExistingKedaArgs,
+        ExistingNetwork,
+        ExistingNodeClass,
+    )
     from .identity import WorkloadIdentity, WorkloadIdentityArgs
     from .image import WorkerImage, WorkerImageArgs
     from .karpenter import Karpenter, KarpenterArgs

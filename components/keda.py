@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_aws as aws
@@ -26,6 +26,9 @@ from .spec.keda_schema import API_VERSION, AUTH_KINDS, check_keda_manifest
 from .spec.names import POOL_LABEL, SYSTEM_POOL
 from .spec.policy_documents import policy_document, queue_metrics_statements
 from .spec.validation import ConfigError, names_its_errors
+
+if TYPE_CHECKING:
+    from .existing import ExistingKeda
 
 KEDA_CHART = CHARTS["keda"]
 """The pinned KEDA chart (name, repository, version, namespace) from the catalogue."""
@@ -216,8 +219,9 @@ class Keda(pulumi.ComponentResource):
 class KedaScalerAuthArgs:
     """Inputs of KedaScalerAuth."""
 
-    keda: Keda
-    """The Keda component (operator role, chart to depend on, version to check against). Required."""
+    keda: Keda | ExistingKeda
+    """The Keda component, or an ExistingKeda installed by another stack (operator role, chart to depend on,
+    version to check against). Required."""
     namespace: str
     """Namespace of the ScaledJob that refers to the TriggerAuthentication. Required."""
     queue_arn: pulumi.Input[str]
@@ -249,6 +253,11 @@ class KedaScalerAuth(pulumi.ComponentResource):
                               "None or 'keda': identityOwner 'workload' makes KEDA assume the role named in the "
                               "workload's eks.amazonaws.com/role-arn (IRSA) annotation, and the stack's pods use "
                               "Pod Identity without that annotation")
+        operator_role_name = _operator_role_name(keda) if args.identity_owner == "keda" else None
+        if args.identity_owner is None and keda.operator_role_arn is None:
+            raise ConfigError("ExistingKedaArgs.operator_role_arn", None,
+                              "the KEDA operator role's ARN (e.g. the platform stack's output): the scaler role "
+                              "trusts it")
         child = pulumi.ResourceOptions(parent=self)
         self.auth_name = args.auth_name
         statements = queue_metrics_statements(args.queue_arn)
@@ -265,7 +274,7 @@ class KedaScalerAuth(pulumi.ComponentResource):
             self.role_arn = role.arn
             spec = TriggerAuthSpec(args.auth_name, args.namespace, role_arn=role.arn)
         else:
-            aws.iam.RolePolicy(f"{name}-operator-queue-metrics", role=keda.identity.role.name,
+            aws.iam.RolePolicy(f"{name}-operator-queue-metrics", role=operator_role_name,
                                policy=pulumi.Output.from_input(policy_document(statements)).apply(json.dumps),
                                opts=child)
             self.role_arn = None
@@ -274,5 +283,16 @@ class KedaScalerAuth(pulumi.ComponentResource):
         self.trigger_authentication = k8s.apiextensions.CustomResource(
             f"{name}-trigger-auth", api_version=manifest["apiVersion"], kind=manifest["kind"],
             metadata=manifest["metadata"], spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[keda.chart]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[keda.chart] if keda.chart is not None else []))
         self.register_outputs({"roleArn": self.role_arn, "authName": self.auth_name})
+
+
+def _operator_role_name(keda: Keda | ExistingKeda) -> pulumi.Input[str]:
+    """The KEDA operator role's name, for a policy on it (identityOwner 'keda')."""
+    if isinstance(keda, Keda):
+        return keda.identity.role.name
+    if keda.operator_role_name is None:
+        raise ConfigError("ExistingKedaArgs.operator_role_name", None,
+                          "the KEDA operator role's name: with scaler_identity_owner 'keda' the queue-metrics "
+                          "policy goes on that role")
+    return keda.operator_role_name

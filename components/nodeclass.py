@@ -6,12 +6,17 @@ import datetime as _dt
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from . import catalogue
 from .spec.validation import ConfigError, Rule, names_its_errors, validate
+
+if TYPE_CHECKING:
+    from .existing import ExistingKarpenter
+    from .karpenter import Karpenter
 
 NODECLASS_API_VERSION = "karpenter.k8s.aws/v1"
 """apiVersion of EC2NodeClass (served by every Karpenter the catalogue accepts, >= 1.0.3)."""
@@ -185,6 +190,9 @@ class Ec2NodeClassArgs:
     crd_chart: pulumi.Resource | None = None
     """The `karpenter-crd` chart (Karpenter.crd_chart) the EC2NodeClass waits for. Default None: Karpenter (and its
     CRDs) is installed elsewhere, e.g. by a platform stack this one attaches to."""
+    karpenter: Karpenter | ExistingKarpenter | None = None
+    """The Karpenter this stack installs, or an ExistingKarpenter another stack runs (its version was checked
+    against the catalogue's guards when it was made); the EC2NodeClass waits for its CRD chart, if any. Default None."""
     nodeclass_name: str = "gpu"
     """metadata.name of the EC2NodeClass. Default `gpu`."""
     ami_alias: str = "al2023@latest"
@@ -221,5 +229,11 @@ class Ec2NodeClass(pulumi.ComponentResource):
         self.resource = k8s.apiextensions.CustomResource(
             f"{name}-nodeclass", api_version=manifest["apiVersion"], kind=manifest["kind"],
             metadata=manifest["metadata"], spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.crd_chart] if args.crd_chart else []))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=_crd_charts(args)))
         self.register_outputs({"nodeclassName": self.nodeclass_name})
+
+
+def _crd_charts(args: Any) -> list[pulumi.Resource]:
+    """What the custom resource waits for: the CRD chart given directly or through `karpenter`."""
+    charts = [args.crd_chart, getattr(args.karpenter, "crd_chart", None)]
+    return list(dict.fromkeys(c for c in charts if c is not None))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -21,6 +21,10 @@ from .spec.gpu_pool import (
 from .spec.names import GPU_PRESENT_LABEL, GPU_TAINT, POOL_LABEL
 from .spec.quantity import is_quantity
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
+
+if TYPE_CHECKING:
+    from .existing import ExistingKarpenter
+    from .karpenter import Karpenter
 
 _DURATION = re.compile(r"^([0-9]+(s|m|h))+$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -144,6 +148,9 @@ class GpuNodePoolArgs:
     crd_chart: pulumi.Resource | None = None
     """The `karpenter-crd` chart (Karpenter.crd_chart) the NodePool waits for. Default None: Karpenter (and its CRDs)
     is installed elsewhere, e.g. by a platform stack this one attaches to."""
+    karpenter: Karpenter | ExistingKarpenter | None = None
+    """The Karpenter this stack installs, or an ExistingKarpenter another stack runs (its version was checked
+    against the catalogue's guards when it was made); the NodePool waits for its CRD chart, if any. Default None."""
     nodepool_name: str = "gpu"
     """metadata.name of the NodePool; also the value of the `gpuburst.io/pool` node label. Default `gpu`."""
     instance_types: Sequence[str] = DEFAULT_GPU_INSTANCE_TYPES
@@ -184,5 +191,11 @@ class GpuNodePool(pulumi.ComponentResource):
         self.resource = k8s.apiextensions.CustomResource(
             f"{name}-nodepool", api_version=manifest["apiVersion"], kind=manifest["kind"],
             metadata=manifest["metadata"], spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.crd_chart] if args.crd_chart else []))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=_crd_charts(args)))
         self.register_outputs({"nodepoolName": self.nodepool_name})
+
+
+def _crd_charts(args: Any) -> list[pulumi.Resource]:
+    """What the custom resource waits for: the CRD chart given directly or through `karpenter`."""
+    charts = [args.crd_chart, getattr(args.karpenter, "crd_chart", None)]
+    return list(dict.fromkeys(c for c in charts if c is not None))

@@ -1,6 +1,8 @@
 """GpuBurstPlatform: the whole product composed from the components, driven by one typed StackConfig."""
 from __future__ import annotations
 
+import re
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -8,6 +10,7 @@ from .cluster import Cluster, ClusterArgs
 from .config import StackConfig, WorkloadConfig, support_advisory
 from .consumer import GpuConsumer, GpuConsumerArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+from .existing import ExistingNetwork
 from .image import WorkerImage, WorkerImageArgs
 from .karpenter import Karpenter, KarpenterArgs
 from .keda import Keda, KedaArgs
@@ -17,13 +20,15 @@ from .planning.chooser import PatternChoice, choose_pattern, require_pattern
 from .pod import WorkerPodSettings
 from .queue import WorkQueue, WorkQueueArgs
 from .scaledjob import GpuScaledJob, GpuScaledJobArgs
-from .spec.validation import names_its_errors
+from .spec.validation import ConfigError, names_its_errors
 from .spec.workload import WorkloadFacts
 from .storage import SlideStorage, SlideStorageArgs
 from .warm_floor import WarmGpuFloor, WarmGpuFloorArgs
 
 WORKLOAD_NAMESPACE = "gpuburst"
 """Namespace of the worker ScaledJobs and Deployments (Pod Security Standard `restricted`, enforced)."""
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def workload_facts(w: WorkloadConfig) -> WorkloadFacts:
@@ -49,8 +54,19 @@ def choose_patterns(config: StackConfig) -> dict[str, PatternChoice]:
 class GpuBurstPlatform(pulumi.ComponentResource):
     """EKS + Karpenter GPU NodePool + device plugin + KEDA + queues + storage + worker image + workloads."""
 
-    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None, *,
+                 network: ExistingNetwork | None = None, namespace: str = WORKLOAD_NAMESPACE,
+                 create_namespace: bool = True) -> None:
+        """`network`: an existing VPC and its subnets for the cluster (default None: the account's default VPC).
+        `namespace`: the workloads' namespace (default `gpuburst`); `create_namespace` False when it exists already
+        (then it must enforce Pod Security `restricted` itself; default True)."""
         choices = choose_patterns(config)  # before super().__init__: a refusal registers nothing
+        if network is not None and not isinstance(network, ExistingNetwork):
+            raise ConfigError("GpuBurstPlatform network", network, "an ExistingNetwork(vpc_id, private_subnet_ids)")
+        cluster_network = network.cluster_args() if network is not None else {}
+        if not (isinstance(namespace, str) and _DNS_LABEL.fullmatch(namespace)):
+            raise ConfigError("GpuBurstPlatform namespace", namespace, "a DNS label (lower-case letters, digits, "
+                                                                       "'-', at most 63 characters)")
         super().__init__("gpuburst:index:GpuBurstPlatform", name, None, opts)
         support = support_advisory(config)  # a mandatory finding was refused by parse_config already
         if support is not None:
@@ -66,6 +82,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             system_instance_types=[config.system_node_instance_type],
             system_desired_size=config.system_node_count,
             system_max_size=max(config.system_node_count, config.system_node_count + 1),
+            **cluster_network,
             tags=tags), opts=child)
         # Everything in the cluster goes through the cluster's own provider, after the system nodes exist.
         in_cluster = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.cluster.k8s_provider})
@@ -90,14 +107,17 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         self.keda = Keda(f"{name}-keda", KedaArgs(cluster_name=prefix, version=config.keda_version),
                          opts=in_cluster)
 
-        self.namespace = k8s.core.v1.Namespace(
+        self.namespace_name = namespace
+        self.namespace: k8s.core.v1.Namespace | None = None if not create_namespace else k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": WORKLOAD_NAMESPACE, "labels": {
+            metadata={"name": namespace, "labels": {
                 "pod-security.kubernetes.io/enforce": "restricted",
                 "pod-security.kubernetes.io/enforce-version": "latest",
                 "pod-security.kubernetes.io/audit": "restricted",
                 "pod-security.kubernetes.io/warn": "restricted"}},
             opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(parent=self)))
+
+        namespace_dependency = [self.namespace] if self.namespace is not None else []
 
         self.storage = SlideStorage(f"{name}-storage", SlideStorageArgs(tags=tags), opts=child)
         self.image = WorkerImage(f"{name}-worker-image", WorkerImageArgs(tags=tags), opts=child)
@@ -109,9 +129,9 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         if config.warm_gpus is not None:
             warm = config.warm_gpus
             self.warm_floor = WarmGpuFloor(f"{name}-warm-floor", WarmGpuFloorArgs(
-                namespace=WORKLOAD_NAMESPACE, count=warm.count, start=warm.start, end=warm.end,
+                namespace=namespace, count=warm.count, start=warm.start, end=warm.end,
                 timezone=warm.timezone, keda_chart=self.keda.chart,
-                depends_on=[self.namespace, self.nodepool.resource, self.device_plugin.chart],
+                depends_on=[*namespace_dependency, self.nodepool.resource, self.device_plugin.chart],
                 pod=WorkerPodSettings(image=self.image.image_ref)), opts=in_cluster)
             workload_priority = [self.warm_floor.workload_priority_class]
 
@@ -130,9 +150,9 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                                     priority_class_name=self.warm_floor.priority_class_name if self.warm_floor
                                     else None)
             workload_opts = pulumi.ResourceOptions.merge(
-                in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace, self.nodepool.resource,
+                in_cluster, pulumi.ResourceOptions(depends_on=[*namespace_dependency, self.nodepool.resource,
                                                                self.device_plugin.chart, *workload_priority]))
-            common = dict(cluster_name=prefix, namespace=WORKLOAD_NAMESPACE, queue_url=queue.queue_url,
+            common = dict(cluster_name=prefix, namespace=namespace, queue_url=queue.queue_url,
                           queue_visibility_timeout_s=queue.visibility_timeout_s,
                           queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
                           bucket_arn=self.storage.results_bucket_arn,
@@ -156,7 +176,6 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         self.workload_patterns = {n: {"pattern": c.pattern, "reason": c.reason} for n, c in choices.items()}
         self.worker_role_arns = {n: wl.role_arn for n, wl in self.workloads.items()}
         self.gpu_nodepool_name = self.nodepool.nodepool_name
-        self.namespace_name = WORKLOAD_NAMESPACE
         self.results_prefix = self.storage.results_prefix
         self.register_outputs({
             "clusterName": self.cluster_name, "queueUrls": self.queue_urls, "imageRef": self.image_ref,

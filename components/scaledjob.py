@@ -12,7 +12,7 @@ a queue length *without* in-flight messages, so it is offered only together with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -31,6 +31,9 @@ from .spec.keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
 from .spec.names import WORKER_LABEL
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 from .spec.workload import WorkloadFacts, fact_annotations
+
+if TYPE_CHECKING:
+    from .existing import ExistingKeda
 
 
 @dataclass
@@ -146,8 +149,9 @@ def scaled_job_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[st
 class GpuScaledJobArgs(WorkerAccessArgs):
     """Inputs of GpuScaledJob."""
 
-    keda: Keda
-    """The Keda component: version to check against, operator role, chart the CRDs come from. Required."""
+    keda: Keda | ExistingKeda
+    """The Keda component, or an ExistingKeda another stack installed: version to check against, operator role,
+    chart the CRDs come from. Required."""
     facts: WorkloadFacts
     """What the work is; ordered or stateful work is refused (it needs GpuConsumer). Required."""
     settings: ScaledJobSettings | None = None
@@ -195,8 +199,9 @@ class GpuScaledJob(pulumi.ComponentResource):
         self.scaled_job = k8s.apiextensions.CustomResource(
             f"{name}-scaledjob", api_version=manifest["apiVersion"], kind=manifest["kind"],
             metadata=manifest["metadata"], spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.keda.chart, service_account, self.identity,
-                                                                 self.scaler]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                *([args.keda.chart] if args.keda.chart is not None else []), service_account, self.identity,
+                self.scaler]))
         if args.network_policy:
             np_ = worker_network_policy(name, args.namespace, manifest["metadata"]["labels"])
             k8s.networking.v1.NetworkPolicy(f"{name}-netpol", metadata=np_["metadata"], spec=np_["spec"], opts=child)

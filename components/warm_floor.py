@@ -175,8 +175,9 @@ class WarmGpuFloorArgs:
     """Cron expression (KEDA cron `end`) at which it goes back to zero. Required."""
     timezone: str
     """IANA time zone of the crons. Required."""
-    keda_chart: pulumi.Resource
-    """The KEDA chart (the ScaledObject CRD comes from it). Required."""
+    keda_chart: pulumi.Resource | None = None
+    """The KEDA chart the ScaledObject waits for (its CRD comes from it). Default None: KEDA is installed elsewhere
+    (ExistingKeda)."""
     depends_on: list[pulumi.Resource] | None = None
     """What the Deployment waits for (namespace, GPU NodePool, device plugin). Default none."""
     pod: WorkerPodSettings | None = None
@@ -208,7 +209,8 @@ class WarmGpuFloor(pulumi.ComponentResource):
         self.scaled_object = k8s.apiextensions.CustomResource(
             f"{name}-scaledobject", api_version=scaled_object["apiVersion"], kind=scaled_object["kind"],
             metadata=scaled_object["metadata"], spec=scaled_object["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.keda_chart, self.deployment]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                *([args.keda_chart] if args.keda_chart is not None else []), self.deployment]))
         self.priority_class_name = WORKLOAD_PRIORITY_CLASS
         self.register_outputs({"deploymentName": PLACEHOLDER_NAME, "count": args.count,
                                "workloadPriorityClass": WORKLOAD_PRIORITY_CLASS})
