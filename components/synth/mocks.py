@@ -219,6 +219,17 @@ class RunResult:
         return self.monitor.registrations
 
 
+def close_event_loops() -> None:
+    """Close every idle asyncio loop the Pulumi runtime left open. Called before a command exits on an error: a loop
+    still open at interpreter shutdown is finalized after its self-pipe socket and prints ~25 lines of
+    `ValueError: Invalid file descriptor: -1` under the one-line error."""
+    import gc
+
+    for obj in gc.get_objects():
+        if isinstance(obj, asyncio.AbstractEventLoop) and not obj.is_closed() and not obj.is_running():
+            obj.close()
+
+
 def run_under_mocks(program: Callable[[], Any], *, project: str = "gpuburst", stack: str = "dev",
                     region: str = "us-east-1", config: dict[str, Any] | None = None,
                     preview: bool = False, mocks: pulumi.runtime.Mocks | None = None) -> RunResult:
@@ -233,7 +244,8 @@ def run_under_mocks(program: Callable[[], Any], *, project: str = "gpuburst", st
     pulumi.runtime.set_all_config(all_config, [])
     monitor = RecordingMonitor(mocks or RealisticMocks(region))
     try:
-        asyncio.get_event_loop()
+        if asyncio.get_event_loop().is_closed():  # closed by an earlier run's error path (close_event_loops)
+            raise RuntimeError("closed")
     except RuntimeError:
         asyncio.set_event_loop(asyncio.new_event_loop())
     from pulumi.runtime import settings as _settings
@@ -255,6 +267,9 @@ def run_under_mocks(program: Callable[[], Any], *, project: str = "gpuburst", st
             outputs[key] = to_plain(_sync_await(out.future(with_unknowns=True)))
             if _sync_await(out.is_secret()):
                 outputs[key] = {"secret": True, "value": outputs[key]}
+    except BaseException:
+        close_event_loops()
+        raise
     finally:
         pulumi.runtime.set_all_config({}, [])
     return RunResult(monitor=monitor, outputs=outputs)

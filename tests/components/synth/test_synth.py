@@ -295,8 +295,10 @@ def test_an_error_in_another_projects_component_names_the_component_and_nothing_
     (project / "Pulumi.yaml").write_text("name: lab\nruntime: python\n")
     (project / "Pulumi.dev.yaml").write_text("config:\n  aws:region: eu-west-1\n")
     (project / "__main__.py").write_text(
+        "import pulumi_aws as aws\n"
         "from components.queue import WorkQueue, WorkQueueArgs\n"
         "from components.nodepool import GpuNodePool, GpuNodePoolArgs\n"
+        "aws.sqs.Queue('raw')  # a plain registration before the error: the loop must still be closed quietly\n"
         "WorkQueue('q', WorkQueueArgs(name='lab-slides', expected_processing_s=300, alarm_emails=['a@example.org']))\n"
         "GpuNodePool('pool', GpuNodePoolArgs(nodeclass_name='gpu', crd_chart=None, gpu_limit=4,\n"
         "                                    instance_types=['g5.2xlarge']))\n")
