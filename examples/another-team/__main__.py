@@ -1,0 +1,56 @@
+"""The tils-lab workload stack: one queue, one GPU NodePool and one ScaledJob attached to the platform's cluster.
+
+KEDA, Karpenter, the device plugin and the EC2NodeClass belong to the platform stack; this one references them
+(`Existing*`: nothing is installed twice) so that every manifest is checked against what really runs there, and so
+that the policy pack, run on this stack's plan alone, judges the wiring inside it and says in advisories what lives
+outside it.
+"""
+import pulumi
+
+from gpuburst import (
+    ExistingCluster,
+    ExistingClusterArgs,
+    ExistingKarpenter,
+    ExistingKarpenterArgs,
+    ExistingKeda,
+    ExistingKedaArgs,
+    ExistingNodeClass,
+    GpuNodePool,
+    GpuNodePoolArgs,
+    GpuScaledJob,
+    GpuScaledJobArgs,
+    WorkerPodSettings,
+    WorkloadFacts,
+    WorkQueue,
+    WorkQueueArgs,
+)
+
+cfg = pulumi.Config()
+namespace = cfg.require("namespace")
+node_class = cfg.require("nodeClass")
+
+cluster = ExistingCluster("platform", ExistingClusterArgs(
+    cluster_name=cfg.require("clusterName"),
+    node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"))}))
+keda = ExistingKeda("keda", ExistingKedaArgs(version=cfg.require("kedaVersion"),
+                                            operator_role_arn=cfg.require("kedaOperatorRoleArn")))
+karpenter = ExistingKarpenter("karpenter", ExistingKarpenterArgs(version=cfg.require("karpenterVersion")))
+
+queue = WorkQueue("tils", WorkQueueArgs(name="tils-lab-slides", expected_processing_s=300,
+                                        alarm_emails=cfg.require_object("alarmEmails")))
+pool = GpuNodePool("tils", GpuNodePoolArgs(nodeclass_name=node_class, nodepool_name="tils-lab", gpu_limit=4,
+                                           instance_types=["g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge"],
+                                           karpenter=karpenter))
+job = GpuScaledJob("tils", GpuScaledJobArgs(
+    cluster_name=cluster.cluster_name, keda=keda, namespace=namespace,
+    facts=WorkloadFacts(items_independent=True, state_across_messages=False, ordered=False, model_load_s=30,
+                        seconds_per_item=6, burst_items=120, max_replicas=4),
+    queue_url=queue.queue_url, queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
+    queue_visibility_timeout_s=queue.visibility_timeout_s,
+    bucket_arn=cfg.require("resultsBucketArn"), slides_bucket_arn=cfg.require("slidesBucketArn"),
+    pod=WorkerPodSettings(image=cfg.require("image"), visibility_timeout_s=queue.visibility_timeout_s,
+                          region=pulumi.Config("aws").require("region"))),
+    opts=pulumi.ResourceOptions(depends_on=[pool.resource]))
+
+pulumi.export("queueUrl", queue.queue_url)
+pulumi.export("workerRoleArn", job.role_arn)
