@@ -71,10 +71,10 @@ class ExistingKeda(pulumi.ComponentResource):
             value = getattr(args, field_name)
             if not (isinstance(value, str) and value):
                 raise ConfigError(f"ExistingKedaArgs.{field_name}", value, "a non-empty name")
-        super().__init__("gpuburst:index:ExistingKeda", name, {
-            "version": args.version, "namespace": args.namespace,
-            "operatorServiceAccount": args.operator_service_account,
-            "operatorRoleArn": args.operator_role_arn, "scalerRolePath": args.scaler_role_path}, opts)
+        facts = {"version": args.version, "namespace": args.namespace,
+                 "operatorServiceAccount": args.operator_service_account,
+                 "operatorRoleArn": args.operator_role_arn, "scalerRolePath": args.scaler_role_path}
+        super().__init__("gpuburst:index:ExistingKeda", name, facts, opts)
         self.version = args.version
         self.namespace = args.namespace
         self.operator_service_account = args.operator_service_account
@@ -82,7 +82,7 @@ class ExistingKeda(pulumi.ComponentResource):
         self.operator_role_name = args.operator_role_name
         self.scaler_role_path = args.scaler_role_path
         self.chart = None
-        self.register_outputs({"version": self.version, "namespace": self.namespace})
+        self.register_outputs(facts)  # the same facts as inputs and outputs, whichever a preview shows the pack
 
 
 @dataclass
@@ -119,13 +119,13 @@ class ExistingKarpenter(pulumi.ComponentResource):
             problems = combination_problems(kubernetes=args.kubernetes_version, karpenter=args.version)
             if problems:
                 raise ConfigError("ExistingKarpenterArgs.kubernetes_version", args.kubernetes_version, problems[0])
-        super().__init__("gpuburst:index:ExistingKarpenter", name, {
-            "version": args.version, "namespace": args.namespace, "nodeRoleName": args.node_role_name}, opts)
+        facts = {"version": args.version, "namespace": args.namespace, "nodeRoleName": args.node_role_name}
+        super().__init__("gpuburst:index:ExistingKarpenter", name, facts, opts)
         self.version = args.version
         self.namespace = args.namespace
         self.node_role_name = args.node_role_name
         self.crd_chart = None
-        self.register_outputs({"version": self.version})
+        self.register_outputs(facts)
 
 
 @dataclass
@@ -170,12 +170,12 @@ class ExistingCluster(pulumi.ComponentResource):
                 raise ConfigError(f"ExistingClusterArgs.node_classes[{nc_name!r}]", nc,
                                   "an ExistingNodeClass with a positive root_volume_gib")
             node_classes[nc_name] = {"rootVolumeGiB": nc.root_volume_gib, "amiAlias": nc.ami_alias}
-        super().__init__("gpuburst:index:ExistingCluster", name, {
-            "clusterName": args.cluster_name, "systemNodeLabels": dict(args.system_node_labels),
-            "devicePlugin": bool(args.device_plugin), "nodeClasses": node_classes}, opts)
+        facts = {"clusterName": args.cluster_name, "systemNodeLabels": dict(args.system_node_labels),
+                 "devicePlugin": bool(args.device_plugin), "nodeClasses": node_classes}
+        super().__init__("gpuburst:index:ExistingCluster", name, facts, opts)
         self.cluster_name = args.cluster_name
         self.system_node_labels = dict(args.system_node_labels)
-        self.register_outputs({"clusterName": self.cluster_name})
+        self.register_outputs(facts)
 
 
 @dataclass

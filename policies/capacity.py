@@ -2,6 +2,7 @@
 requests of the DaemonSets that run on it."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ._components import GI, GPU_RESOURCE, MI, catalogue, fmt_cpu, fmt_mem, parse_quantity
@@ -76,10 +77,13 @@ def pod_requests(pod: Any, path: str) -> tuple[dict[str, float], list[str]]:
 def allocatable(t: Any, shape: Shape) -> dict[str, float]:
     """What a pod may request on a node of type `t` in `shape` (base units): Karpenter's allocatable CPU and
     memory, the GPUs, and ephemeral storage from the root volume (the facts' figure for 20 GiB, plus 90 % of the
-    rest: kubelet keeps 10 % back for eviction) or the instance-store RAID0 when the EC2NodeClass asks for it."""
+    rest: kubelet keeps 10 % back for eviction) or the instance-store RAID0 when the EC2NodeClass asks for it;
+    unbounded when the EC2NodeClass is another stack's and no fact gives its volume."""
     if shape.instance_store and getattr(t, "local_nvme_gb", 0):
         # RAID0 over the instance store: the same kubelet reservations, applied to the NVMe capacity.
         disk = t.local_nvme_gb * 1e9 / GI
+    elif shape.root_volume_gib is None:
+        disk = math.inf  # another stack's EC2NodeClass: its volume is not known here (outside-this-stack says so)
     else:
         disk = shape.root_volume_gib
     eph = t.allocatable_ephemeral_gib + (1 - EVICTION_FRACTION) * (disk - DEFAULT_ROOT_VOLUME_GIB)

@@ -1,9 +1,10 @@
 """How a rule module declares its policies: `resource_policy` judges each resource of some kinds, `plan_policy` the
-whole plan; both read plain `Res` values and run inside the guards, so no rule passes silently."""
+whole plan, `scoped_policy` the references between resources (whose ends may live outside a partial plan); all read
+plain `Res` values and run inside the guards, so no rule passes silently."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -14,6 +15,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from .facts import Scope, config_schema, scope_of
+from .outside import Finding, Outside, violations
 from .plan import Res, stack_resources
 from .resources import k8s_kind
 from .unknowns import guard, guard_stack, plain
@@ -23,6 +26,22 @@ ResourceCheck = Callable[[Res], Iterable[str]]
 
 PlanFindings = Callable[..., Iterable[tuple[str | None, str]]]
 """A plan rule's body: `(resources)` (or `(resources, config)`) -> (urn or None, message) per violation."""
+
+ScopedFindings = Callable[[list[Res], Scope], Iterable[Finding | Outside]]
+"""A reference rule's body: `(resources, scope)` -> a violation per mismatch, an `Outside` per end not in the plan."""
+
+
+class ScopedRule(NamedTuple):
+    """A reference rule as `outside-this-stack` re-runs it."""
+
+    name: str
+    findings: ScopedFindings
+    keys: tuple[str, ...]
+    """The facts it reads (its policy config keys besides wholePlatform)."""
+
+
+SCOPED: dict[str, ScopedRule] = {}
+"""Every policy declared with `scoped_policy`, by name (filled as the rule modules are imported)."""
 
 
 def _kinds(applies_to: Iterable[tuple[str, str] | str]) -> frozenset[tuple[str, str] | str]:
@@ -67,3 +86,17 @@ def plan_policy(name: str, description: str, findings: PlanFindings,
     judge.__name__ = f"check_{name}"
     return StackValidationPolicy(name=name, description=description, enforcement_level=level,
                                  validate=guard_stack(judge), config_schema=config_schema)
+
+
+def scoped_policy(name: str, description: str, findings: ScopedFindings, keys: Iterable[str] = (),
+                  level: EnforcementLevel = EnforcementLevel.MANDATORY) -> StackValidationPolicy:
+    """A stack policy over references between resources: it reports the violations of `findings(resources, scope)`
+    (the scope from the plan and the policy config: `wholePlatform` and the fact `keys`); the `Outside` markers,
+    ends that are not in a partial plan, are left to `outside-this-stack`, which re-runs every scoped rule."""
+    keys = tuple(keys)
+    SCOPED[name] = ScopedRule(name, findings, keys)
+
+    def judge(resources: list[Res], config: dict[str, Any]) -> list[tuple[str | None, str]]:
+        return violations(findings(resources, scope_of(resources, config)))
+
+    return plan_policy(name, description, judge, level, config_schema(*keys))

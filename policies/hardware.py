@@ -1,14 +1,20 @@
 """Stack rule `worker-image-gpu-support`: the worker image's torch build supports every GPU a GPU NodePool may launch,
-and the AMI's NVIDIA driver is new enough for its CUDA."""
+and the AMI's NVIDIA driver is new enough for its CUDA.
+
+In a partial plan a GPU NodePool may boot another stack's EC2NodeClass: its AMI alias then comes from the facts
+(ExistingCluster nodeClasses[name].amiAlias), or the driver check yields an `Outside`.
+"""
 from __future__ import annotations
 
 import posixpath
 from typing import Any
 
 from ._components import catalogue
-from .declare import plan_policy
+from .declare import scoped_policy
+from .facts import WHOLE, Scope
 from .gpu_nodepool import gpu_evidence
-from .plan import Res, meta_name
+from .outside import Finding, Outside
+from .plan import Res
 from .resources import NODEPOOL_NODECLASS, dig
 from .shapes import nodeclass_index, nodepool_shapes
 from .unknowns import UNKNOWN, unknown_message
@@ -45,7 +51,7 @@ def _cc(cc: tuple[int, int]) -> str:
 
 
 def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cuda: dict | None = None,
-                      driver: str | None = None) -> list[tuple[str, str]]:
+                      driver: str | None = None, scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every GPU the worker image's torch build cannot use on a GPU NodePool, and every GPU
     NodePool whose AMI's driver is older than that build's CUDA needs. Facts default to the catalogue."""
     images = worker_images(resources)
@@ -61,8 +67,8 @@ def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cud
     min_cc = tuple(torch_cuda["min_compute_capability"])
     sources = torch_cuda.get("sources", "")
     nodeclasses = nodeclass_index(resources)
-    out: list[tuple[str, str]] = []
-    for shape in nodepool_shapes(resources, facts):
+    out: list[Finding | Outside] = []
+    for shape in nodepool_shapes(resources, facts, scope):
         if not gpu_evidence(shape.res.props)[0]:
             continue
         excluded = getattr(catalogue, "EXCLUDED_INSTANCE_FAMILIES", {})
@@ -82,20 +88,32 @@ def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cud
         nc_name = dig(shape.res.props, *NODEPOOL_NODECLASS).value
         nodeclass = nodeclasses.get(nc_name) if isinstance(nc_name, str) else None
         if nodeclass is None:
-            continue
-        terms = dig(nodeclass.props, "spec", "amiSelectorTerms")
-        if terms.unknown:
-            out.append((shape.res.urn, unknown_message(f"EC2NodeClass {nc_name!r} {terms.path}",
-                                                       "which NVIDIA driver the GPU nodes get")))
-            continue
-        aliases = [t.get("alias") for t in (terms.value or []) if isinstance(t, dict)]
+            if scope.whole or not isinstance(nc_name, str):
+                continue
+            alias = scope.entry("nodeClassAmiAlias", nc_name)
+            if alias is None:
+                out.append(Outside(shape.res.urn, f"{shape.what} boots EC2NodeClass {nc_name!r} (spec.template.spec."
+                                                  "nodeClassRef.name), which is not in this plan: could not check "
+                                                  f"which NVIDIA driver its AMI gives worker image {image.name} "
+                                                  f"({build})", ("nodeClassAmiAlias",)))
+                continue
+            aliases = [alias.value]
+            terms_path, nc_label = alias.source, f"EC2NodeClass {nc_name!r} ({alias.source})"
+        else:
+            terms = dig(nodeclass.props, "spec", "amiSelectorTerms")
+            if terms.unknown:
+                out.append((shape.res.urn, unknown_message(f"EC2NodeClass {nc_name!r} {terms.path}",
+                                                           "which NVIDIA driver the GPU nodes get")))
+                continue
+            aliases = [t.get("alias") for t in (terms.value or []) if isinstance(t, dict)]
+            terms_path, nc_label = terms.path, f"EC2NodeClass {nc_name!r}"
         if UNKNOWN in aliases:
-            out.append((shape.res.urn, unknown_message(f"EC2NodeClass {nc_name!r} {terms.path}",
+            out.append((shape.res.urn, unknown_message(f"EC2NodeClass {nc_name!r} {terms_path}",
                                                        "which NVIDIA driver the GPU nodes get")))
             continue
         for alias in aliases:
             if alias != LATEST_ALIAS:
-                out.append((shape.res.urn, f"{shape.what} boots EC2NodeClass {nc_name!r} on {alias!r}, whose "
+                out.append((shape.res.urn, f"{shape.what} boots {nc_label} on {alias!r}, whose "
                                            "NVIDIA driver components.catalogue does not record (only "
                                            f"{LATEST_ALIAS}'s, AL2023_NVIDIA_DRIVER), so worker image "
                                            f"{image.name} ({build}, driver >= {torch_cuda['min_driver']}) cannot "
@@ -104,15 +122,16 @@ def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cud
             have, need = _driver_major(driver), _driver_major(torch_cuda["min_driver"])
             if have is None or need is None or have < need:
                 out.append((shape.res.urn, f"worker image {image.name} ({build}) needs NVIDIA driver >= "
-                                           f"{torch_cuda['min_driver']} but EC2NodeClass {meta_name(nodeclass.props)!r}"
+                                           f"{torch_cuda['min_driver']} but {nc_label}"
                                            f" ({alias}) of {shape.what} boots driver {driver}: CUDA fails to "
                                            f"initialise; use an older torch/CUDA build or a newer AMI (sources: "
                                            f"{sources})"))
     return out
 
 
-POLICY = plan_policy(
+POLICY = scoped_policy(
     NAME, "The worker image's torch build must support every GPU a GPU NodePool may launch (compute capability) and "
-          "the AMI's NVIDIA driver must be new enough for its CUDA.", hardware_findings)
+          "the AMI's NVIDIA driver must be new enough for its CUDA.",
+    lambda resources, scope: hardware_findings(resources, scope=scope), ("nodeClassAmiAlias",))
 
 POLICIES = [POLICY]

@@ -5,6 +5,10 @@ provider the pinned KEDA's CRD does not list fails at apply time, after the rest
 accepted providers per KEDA version and the deprecations are read from `components.catalogue`. Advisory: under
 provider `aws`, an `identityOwner` written in an `aws-sqs-queue` trigger's metadata is ignored (the
 TriggerAuthentication's `podIdentity` decides), so it only misleads the reader.
+
+The providers are those of the KEDA the stack runs: its keda chart's version, the pin when it installs none, and in a
+partial plan (no GpuBurstPlatform) the version of the KEDA another stack runs (ExistingKeda `version`, policy config
+`kedaVersion`), or the pin with a line from `outside-this-stack` saying so.
 """
 from __future__ import annotations
 
@@ -13,7 +17,9 @@ from typing import Any
 from pulumi_policy import EnforcementLevel
 
 from ._components import catalogue
-from .declare import plan_policy, resource_policy
+from .declare import plan_policy, scoped_policy
+from .facts import WHOLE, Scope
+from .outside import Finding, Outside
 from .plan import Res
 from .resources import (
     CLUSTER_TRIGGER_AUTHENTICATION,
@@ -27,6 +33,7 @@ from .resources import (
     triggers,
 )
 from .unknowns import UNKNOWN, unknown_message
+from .versions import KEDA, running_versions
 
 NAME = "keda-pod-identity-provider"
 IDENTITY_OWNER_NAME = "keda-sqs-identity-owner"
@@ -55,6 +62,22 @@ def problems(props: Any, keda_version: str = catalogue.KEDA_VERSION) -> list[str
         return []
     advice = "" if "; use " in problem else f"; {RECOMMENDED}"  # the catalogue's reason may already say what to use
     return [f"{provider.path} = {fmt(provider.value)}: {problem}{advice}"]
+
+
+def provider_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Finding | Outside]:
+    """(urn, message) for every (Cluster)TriggerAuthentication whose provider the KEDA the stack runs rejects or
+    deprecates (see the module docstring for which KEDA)."""
+    judged = [r for r in resources
+              if is_kind(r.type, TRIGGER_AUTHENTICATION) or is_kind(r.type, CLUSTER_TRIGGER_AUTHENTICATION)]
+    if not judged:
+        return []
+    versions, _unknown, out = running_versions(resources, KEDA, scope, judged[0].urn)
+    # An unknown or refused chart version is chart-versions' finding; the providers are then the pin's.
+    versions = versions or [catalogue.KEDA_VERSION]
+    for r in judged:
+        messages = [m for version in versions for m in problems(r.props, version)]
+        out += [(r.urn, m) for i, m in enumerate(messages) if m not in messages[:i]]
+    return out
 
 
 def _auth_index(resources: list[Res]) -> dict[tuple[str, str], list[tuple[str | None, Any]]]:
@@ -112,10 +135,9 @@ def identity_owner_findings(resources: list[Res]) -> list[tuple[str, str]]:
     return out
 
 
-POLICY = resource_policy(
-    NAME, "A KEDA (Cluster)TriggerAuthentication must use a podIdentity.provider that the pinned KEDA accepts and "
-          "that is not deprecated (never aws-eks).",
-    (TRIGGER_AUTHENTICATION, CLUSTER_TRIGGER_AUTHENTICATION), lambda r: problems(r.props))
+POLICY = scoped_policy(
+    NAME, "A KEDA (Cluster)TriggerAuthentication must use a podIdentity.provider that the stack's KEDA accepts and "
+          "that is not deprecated (never aws-eks).", provider_findings, ("kedaVersion",))
 
 IDENTITY_OWNER_POLICY = plan_policy(
     IDENTITY_OWNER_NAME, "identityOwner in an aws-sqs-queue trigger's metadata is ignored under podIdentity provider "

@@ -5,6 +5,7 @@ from pulumi_policy import EnforcementLevel, Policy, PolicyPack
 
 from . import (
     ami,
+    boundary,
     gpu_nodepool,
     hardware,
     keda_provider,
@@ -21,7 +22,7 @@ PACK_NAME = "gpuburst-guardrails"
 """The pack's name as the engine reports it (letters, digits, `-`, `_`, `.`)."""
 
 RULE_MODULES = (nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues, workloads, wiring,
-                schedulability, hardware, plan_complete)
+                schedulability, hardware, plan_complete, boundary)
 """One module per rule area; each exports `POLICIES`."""
 
 

@@ -1,5 +1,10 @@
 """Stack rules on where pods can run: GPU pods match a NodePool and fit its instance types, the device plugin reaches
-every GPU pool, and the controllers stay on the system node group."""
+every GPU pool, and the controllers stay on the system node group.
+
+In a partial plan (no GpuBurstPlatform) the NodePool a pod selects, the EC2NodeClass a pool boots, the device plugin
+and the system node group may be another stack's: the rules then judge against the facts that describe them
+(ExistingCluster, policy config) and otherwise yield an `Outside` (reported once by `outside-this-stack`).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,12 +26,14 @@ from .capacity import (
     pod_requests,
     short_of,
 )
-from .declare import plan_policy
-from .fit import match
+from .declare import scoped_policy
+from .facts import EXISTING_CLUSTER, WHOLE, Scope
+from .fit import match, pod_terms
 from .gpu_nodepool import gpu_evidence
-from .plan import Res, chart_of, charts, describe_res, rendered
-from .resources import NODEGROUP, POD_TEMPLATE_PATHS, dig, k8s_kind
-from .shapes import Shape, nodegroup_shape, nodepool_shapes
+from .outside import Finding, Outside
+from .plan import Res, chart_of, charts, describe_res, meta_name, rendered
+from .resources import NODEGROUP, NODEPOOL, POD_TEMPLATE_PATHS, dig, fmt, is_kind, k8s_kind
+from .shapes import Shape, Space, nodegroup_shape, nodepool_shapes
 from .unknowns import UNKNOWN, unknown_message
 from .workloads import requests_gpu
 
@@ -124,32 +131,79 @@ def _pending_message(v: PodVerdict) -> str:
             "instance types in the NodePool")
 
 
-def _judged_gpu_pods(resources: list[Res], facts: dict | None, question: str
-                     ) -> tuple[list[tuple[str, str]], list[tuple[Res, Any]]]:
-    """(findings for pods with an unknown input, (resource, verdict) of every other GPU pod). `question` completes
-    "cannot tell ..." with `{pod}` standing for the pod's description."""
-    shapes = nodepool_shapes(resources, facts)
+def _selected_pools(pod: Any, path: str) -> set[str] | None:
+    """The NodePool names the pod's required node selection pins through karpenter.sh/nodepool (None: not pinned)."""
+    names: set[str] = set()
+    for term in pod_terms(pod, path, []):
+        named = [set(values) for key, op, values, _p in term if key == NODEPOOL_LABEL and op == "In"]
+        if not named:
+            return None
+        names |= set.intersection(*named)
+    return names
+
+
+def _outside_pool(res: Res, pod: Any, path: str, resources: list[Res]) -> Outside | None:
+    """In a partial plan: the NodePool a pod that matches none of this plan's is another stack's."""
+    pools = {meta_name(r.props) for r in resources if is_kind(r.type, NODEPOOL)}
+    who = f"pod {describe_res(res)} ({path})"
+    if not pools:
+        return Outside(res.urn, f"{who} requests {GPU_RESOURCE} but no NodePool is in this plan: could not check that "
+                                "a NodePool of another stack matches it and fits its requests")
+    named = _selected_pools(pod, path)
+    if named and not named & pools:
+        return Outside(res.urn, f"{who} selects {NODEPOOL_LABEL} {fmt(sorted(named))}, which is not in this plan: "
+                                "could not check that it matches and fits the pod")
+    return None
+
+
+def _outside_nodeclasses(judged: list[tuple[Res, PodVerdict]]) -> list[Outside]:
+    """One `Outside` per EC2NodeClass of another stack whose root volume the matched pods' ephemeral storage needs."""
+    needs: dict[str, tuple[Shape, list[str]]] = {}
+    for res, v in judged:
+        amount = v.requests.get("ephemeral-storage", 0)
+        for shape in v.matched:
+            if shape.outside_nodeclass and amount > 0:
+                entry = needs.setdefault(shape.res.urn, (shape, []))
+                entry[1].append(f"{describe_res(res)} {fmt_amount('ephemeral-storage', amount)}")
+    return [Outside(shape.res.urn, f"{shape.what} boots EC2NodeClass {shape.outside_nodeclass!r} "
+                                   "(spec.template.spec.nodeClassRef.name), which is not in this plan: could not check "
+                                   f"that its root volume holds the ephemeral storage of pod {', '.join(pods)}",
+                    ("nodeClassRootVolumeGiB",)) for shape, pods in needs.values()]
+
+
+def _judged_gpu_pods(resources: list[Res], facts: dict | None, question: str, scope: Scope
+                     ) -> tuple[list[Finding | Outside], list[tuple[Res, Any]]]:
+    """(findings for pods with an unknown input and ends outside a partial plan, (resource, verdict) of every other
+    GPU pod). `question` completes "cannot tell ..." with `{pod}` standing for the pod's description."""
+    shapes = nodepool_shapes(resources, facts, scope)
     daemonsets = daemonset_pods(resources)
-    unknown, judged = [], []
+    out: list[Finding | Outside] = []
+    judged = []
     for res, pod, path in gpu_pods(resources):
         v = judge_pod(res, pod, path, shapes, daemonsets)
         if v.unknown:
             # An unknown requirement, label, taint or request could each turn a fit into none: no verdict.
-            unknown += [(res.urn, unknown_message(p, question.format(pod=describe_res(res)))) for p in v.unknown]
-        else:
-            judged.append((res, v))
-    return unknown, judged
+            out += [(res.urn, unknown_message(p, question.format(pod=describe_res(res)))) for p in v.unknown]
+            continue
+        elsewhere = _outside_pool(res, pod, path, resources) if not (scope.whole or v.matched) else None
+        if elsewhere is not None:
+            out.append(elsewhere)
+            continue
+        judged.append((res, v))
+    return out + _outside_nodeclasses(judged), judged
 
 
-def schedulable_findings(resources: list[Res], facts: dict | None = None) -> list[tuple[str, str]]:
+def schedulable_findings(resources: list[Res], facts: dict | None = None,
+                         scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every GPU pod that matches no NodePool or fits none of its instance types."""
-    out, judged = _judged_gpu_pods(resources, facts, "whether pod {pod} fits a NodePool")
+    out, judged = _judged_gpu_pods(resources, facts, "whether pod {pod} fits a NodePool", scope)
     return out + [(res.urn, _pending_message(v)) for res, v in judged if not v.fitting]
 
 
-def diversity_findings(resources: list[Res], facts: dict | None = None) -> list[tuple[str, str]]:
+def diversity_findings(resources: list[Res], facts: dict | None = None,
+                       scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every GPU pod that exactly one admitted instance type can host."""
-    out, judged = _judged_gpu_pods(resources, facts, "how many instance types can host pod {pod}")
+    out, judged = _judged_gpu_pods(resources, facts, "how many instance types can host pod {pod}", scope)
     for res, v in judged:
         types = sorted({t.name for _s, t in v.fitting})
         if len(types) != 1:
@@ -208,21 +262,39 @@ def device_plugins(resources: list[Res]) -> list[tuple[Res, Any, str]]:
     return out
 
 
-def device_plugin_findings(resources: list[Res], facts: dict | None = None) -> list[tuple[str, str]]:
+def _no_plugin(gpu_pools: list[Shape], pod: Res, scope: Scope) -> list[Finding | Outside]:
+    """The plan runs no device plugin: missing in a whole plan (or where the facts say the cluster runs none), another
+    stack's where the facts say it runs one, unchecked otherwise."""
+    given = None if scope.whole else scope.value("devicePlugin")
+    pools = ", ".join(s.what for s in gpu_pools)
+    if given is True:
+        # The fact says it runs; where it runs (its selector and tolerations) no fact says.
+        return [Outside(gpu_pools[0].res.urn, f"the NVIDIA device plugin runs on the cluster "
+                                              f"({scope.source('devicePlugin')}: true) but is not in this plan: could "
+                                              "not check that its nodeSelector, affinity and tolerations admit "
+                                              f"{pools}, nor count its requests in the GPU pods' fit")]
+    if given is None and not scope.whole:
+        return [Outside(gpu_pools[0].res.urn, f"the NVIDIA device plugin is not in this plan: could not check that it "
+                                              f"runs on {pools}, where pod {describe_res(pod)} needs "
+                                              f"{GPU_RESOURCE} allocatable", ("devicePlugin",))]
+    cluster = f" and the cluster runs none ({scope.source('devicePlugin')}: false)" if given is False else ""
+    return [(s.res.urn, f"{s.what} is a GPU NodePool but the plan has no NVIDIA device plugin DaemonSet{cluster}: "
+                        f"{GPU_RESOURCE} is never allocatable there and pod {describe_res(pod)} stays "
+                        "Pending; install the nvidia-device-plugin chart") for s in gpu_pools]
+
+
+def device_plugin_findings(resources: list[Res], facts: dict | None = None,
+                           scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every GPU NodePool the device plugin DaemonSet does not reach."""
-    gpu_pools = [s for s in nodepool_shapes(resources, facts) if gpu_evidence(s.res.props)[0]]
+    gpu_pools = [s for s in nodepool_shapes(resources, facts, scope) if gpu_evidence(s.res.props)[0]]
     if not gpu_pools:
         return []
     plugins = device_plugins(resources)
     if not plugins:
         # Only when something asks for a GPU: a NodePool judged on its own (no workloads in the plan) is not wrong.
         pods = gpu_pods(resources)
-        if not pods:
-            return []
-        return [(s.res.urn, f"{s.what} is a GPU NodePool but the plan has no NVIDIA device plugin DaemonSet: "
-                            f"{GPU_RESOURCE} is never allocatable there and pod {describe_res(pods[0][0])} stays "
-                            "Pending; install the nvidia-device-plugin chart") for s in gpu_pools]
-    out = []
+        return _no_plugin(gpu_pools, pods[0][0], scope) if pods else []
+    out: list[Finding | Outside] = []
     for res, pod, path in plugins:
         if pod is UNKNOWN:
             out.append((res.urn, unknown_message(path, "where the device plugin runs")))
@@ -261,12 +333,24 @@ def controller_pods(resources: list[Res], chart_name: str) -> list[tuple[Res, An
     return out
 
 
-def controller_findings(resources: list[Res], facts: dict | None = None) -> list[tuple[str, str]]:
+def system_nodes(labels: dict, source: str) -> Shape:
+    """The system node group another stack runs, as far as the facts describe it: its labels (no taints known)."""
+    res = Res(EXISTING_CLUSTER, "", "system-nodes", None, {"labels": labels})
+    return Shape(res, f"the system nodes ({source} {fmt(labels)})", {k: Space({str(v)}) for k, v in labels.items()},
+                 [], [], karpenter=False)
+
+
+def controller_findings(resources: list[Res], facts: dict | None = None,
+                        scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) when the Karpenter controller can land on a Karpenter node, or a Karpenter/KEDA pod cannot
-    land on the system node group."""
-    pools = nodepool_shapes(resources, facts)
+    land on the system node group (in a partial plan: the system nodes the facts describe)."""
+    pools = nodepool_shapes(resources, facts, scope)
     groups = [nodegroup_shape(r) for r in resources if r.type == NODEGROUP]
-    out = []
+    labels = None if scope.whole or groups else scope.value("systemNodeLabels")
+    if isinstance(labels, dict):
+        groups = [system_nodes(labels, scope.source("systemNodeLabels"))]
+    unplaced: list[tuple[Res, str]] = []
+    out: list[Finding | Outside] = []
     for chart_name in CONTROLLER_CHARTS:
         for res, pod, path in controller_pods(resources, chart_name):
             who = describe_res(res)
@@ -284,7 +368,10 @@ def controller_findings(resources: list[Res], facts: dict | None = None) -> list
                                              "manages (it could consolidate away the node it runs on); require "
                                              f"{NODEPOOL_LABEL} DoesNotExist in its required node affinity"))
             if not groups:
-                out.append((res.urn, f"{who} has no system node group to run on: the plan has no {NODEGROUP}"))
+                if scope.whole:
+                    out.append((res.urn, f"{who} has no system node group to run on: the plan has no {NODEGROUP}"))
+                else:
+                    unplaced.append((res, who))
                 continue
             reasons, unknowns = [], []
             for g in groups:
@@ -300,21 +387,28 @@ def controller_findings(resources: list[Res], facts: dict | None = None) -> list
             elif reasons:
                 out.append((res.urn, f"{who} cannot run on the system node group: {'; '.join(reasons)}; select the "
                                      f"node group's labels ({POOL_LABEL}: {SYSTEM_POOL}) and tolerate its taints"))
+    if unplaced:
+        out.append(Outside(unplaced[0][0].urn, f"the system node group is not in this plan ({NODEGROUP}): could not "
+                                               f"check that {', '.join(who for _r, who in unplaced)} can run on it",
+                           ("systemNodeLabels",)))
     return out
 
 
-SCHEDULABLE_POLICY = plan_policy(
+SCHEDULABLE_POLICY = scoped_policy(
     SCHEDULABLE_NAME, f"Every pod requesting {GPU_RESOURCE} must match a NodePool (labels, requirements, taints) and "
                       "fit the allocatable CPU, memory, ephemeral storage and GPUs of one of its instance types, "
-                      "less the DaemonSets on those nodes.", schedulable_findings)
-DIVERSITY_POLICY = plan_policy(
+                      "less the DaemonSets on those nodes.",
+    lambda resources, scope: schedulable_findings(resources, scope=scope), ("nodeClassRootVolumeGiB",))
+DIVERSITY_POLICY = scoped_policy(
     DIVERSITY_NAME, "A GPU pod must fit at least two admitted instance types, whatever the NodePool's list says.",
-    diversity_findings)
-DEVICE_PLUGIN_POLICY = plan_policy(
+    lambda resources, scope: diversity_findings(resources, scope=scope), ("nodeClassRootVolumeGiB",))
+DEVICE_PLUGIN_POLICY = scoped_policy(
     DEVICE_PLUGIN_NAME, "The NVIDIA device plugin DaemonSet's nodeSelector, affinity and tolerations must admit "
-                        "every GPU NodePool's labels and taints.", device_plugin_findings)
-CONTROLLER_POLICY = plan_policy(
+                        "every GPU NodePool's labels and taints.",
+    lambda resources, scope: device_plugin_findings(resources, scope=scope), ("devicePlugin",))
+CONTROLLER_POLICY = scoped_policy(
     CONTROLLER_NAME, "The Karpenter controller must not be able to land on a Karpenter node; it and KEDA must run on "
-                     "the system node group.", controller_findings)
+                     "the system node group.",
+    lambda resources, scope: controller_findings(resources, scope=scope), ("systemNodeLabels",))
 
 POLICIES = [SCHEDULABLE_POLICY, DIVERSITY_POLICY, DEVICE_PLUGIN_POLICY, CONTROLLER_POLICY]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._components import CAPACITY_TYPE_LABEL, GI, NODEPOOL_LABEL, catalogue, parse_quantity
+from .facts import WHOLE, Scope
 from .plan import Res, meta_name
 from .resources import (
     EC2NODECLASS,
@@ -15,6 +16,7 @@ from .resources import (
     NODEPOOL_NODECLASS,
     NODEPOOL_REQUIREMENTS,
     NODEPOOL_TAINTS,
+    as_number,
     dig,
     is_kind,
     join_path,
@@ -121,9 +123,13 @@ class Shape:
     missing_facts: list[str] = field(default_factory=list)
     """Instance types it names that the facts do not describe."""
     unknown: list[str] = field(default_factory=list)
-    root_volume_gib: float = DEFAULT_ROOT_VOLUME_GIB
+    root_volume_gib: float | None = DEFAULT_ROOT_VOLUME_GIB
+    """None: the EC2NodeClass is another stack's and no fact gives its root volume (ephemeral storage unbounded
+    here; `outside_nodeclass` names it)."""
     instance_store: bool = False
     karpenter: bool = True
+    outside_nodeclass: str | None = None
+    """The name of the EC2NodeClass it boots when that is not in a partial plan and no fact describes it."""
 
     def space(self, key: str, t: Any = None) -> Space | None:
         if key in TYPE_KEYS:
@@ -176,9 +182,10 @@ def _facts(facts: dict | None) -> dict:
     return getattr(catalogue, "INSTANCE_TYPES", {}) or {}
 
 
-def nodepool_shape(res: Res, nodeclasses: dict[str, Res], facts: dict | None = None) -> Shape:
+def nodepool_shape(res: Res, nodeclasses: dict[str, Res], facts: dict | None = None, scope: Scope = WHOLE) -> Shape:
     """The node shape of a NodePool: template labels, requirements, taints, the facts of the types it admits, and
-    the root volume of its EC2NodeClass."""
+    the root volume of its EC2NodeClass (in a partial plan, of the node class another stack declares: from the
+    facts, or unbounded and named in `outside_nodeclass`)."""
     facts = _facts(facts)
     props = res.props
     name = meta_name(props)
@@ -221,6 +228,13 @@ def nodepool_shape(res: Res, nodeclasses: dict[str, Res], facts: dict | None = N
     if nodeclass is not None:
         shape.root_volume_gib, shape.instance_store, more = root_volume(nodeclass.props)
         shape.unknown += more
+    elif isinstance(nc_name, str) and not scope.whole:
+        fact = scope.entry("nodeClassRootVolumeGiB", nc_name)
+        gib = as_number(fact.value) if fact is not None else None
+        if gib is not None and gib > 0:
+            shape.root_volume_gib = gib
+        else:
+            shape.root_volume_gib, shape.outside_nodeclass = None, nc_name
     return shape
 
 
@@ -270,7 +284,7 @@ def nodeclass_index(resources: list[Res]) -> dict[str, Res]:
             if is_kind(r.type, EC2NODECLASS) and isinstance(meta_name(r.props), str)}
 
 
-def nodepool_shapes(resources: list[Res], facts: dict | None = None) -> list[Shape]:
+def nodepool_shapes(resources: list[Res], facts: dict | None = None, scope: Scope = WHOLE) -> list[Shape]:
     nodeclasses = nodeclass_index(resources)
-    return [nodepool_shape(r, nodeclasses, facts) for r in resources if is_kind(r.type, NODEPOOL)]
+    return [nodepool_shape(r, nodeclasses, facts, scope) for r in resources if is_kind(r.type, NODEPOOL)]
 

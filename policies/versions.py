@@ -18,6 +18,10 @@ the versions in the plan and asks the catalogue. Why each rule exists:
   STANDARD (EKS auto-upgrades the control plane under the stack), or past extended support, it is refused. An unset
   supportType is EKS's default, EXTENDED. Judged today (UTC), or on the policy config's `today` (ISO date), or on
   $GPUBURST_TODAY.
+In a partial plan (no GpuBurstPlatform) without a Karpenter or KEDA chart, the version that runs is another
+stack's: the rules judge against the fact (ExistingKarpenter/ExistingKeda `version`, policy config
+`karpenterVersion`/`kedaVersion`; a fact the catalogue refuses is a violation) or, without one, against the pin, and
+say so once through `outside-this-stack`.
 Charts are recognised by the last path segment of `chart` (`oci://public.ecr.aws/karpenter/karpenter`,
 `kedacore/keda`, `keda`, `.../keda-2.20.2.tgz`) on `kubernetes:helm.sh/v4:Chart` and `kubernetes:helm.sh/v3:Release`
 (`policies.plan.chart_ref`).
@@ -31,9 +35,11 @@ from typing import Any
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema
 
 from ._components import catalogue
-from .declare import plan_policy, resource_policy
+from .declare import plan_policy, resource_policy, scoped_policy
+from .facts import WHOLE, Scope
+from .outside import Finding, Outside
 from .plan import Res, chart_ref
-from .resources import CLUSTER_TYPES, HELM_CHART_TYPES, SCALED_JOB, Found, dig, fmt, is_kind
+from .resources import CLUSTER_TYPES, EC2NODECLASS, HELM_CHART_TYPES, NODEPOOL, SCALED_JOB, Found, dig, fmt, is_kind
 from .unknowns import UNKNOWN, unknown_message
 
 CHART_NAME = "chart-versions"
@@ -50,6 +56,9 @@ KARPENTER = catalogue.CHARTS["karpenter"].chart
 KARPENTER_CRD = next(n for n in catalogue.KARPENTER_CHARTS if n != KARPENTER)
 """The CRD chart: the other chart of `catalogue.KARPENTER_CHARTS`, which must be at the controller's version."""
 KEDA = catalogue.CHARTS["keda"].chart
+RUNNING: dict[str, tuple[str, str]] = {KARPENTER: ("Karpenter", "karpenterVersion"), KEDA: ("KEDA", "kedaVersion")}
+"""Chart -> (what runs it, the fact giving its version when another stack installs it)."""
+
 
 def chart_problems(props: Any) -> list[str]:
     """Why this chart's version must not be deployed (only charts the catalogue pins are judged)."""
@@ -90,11 +99,51 @@ def _same_version(a: str, b: str) -> bool:
         return a.strip() == b.strip()
 
 
-def pair_findings(resources: list[Res]) -> list[tuple[str, str]]:
-    """(urn, message) when karpenter-crd and karpenter are both in the stack at different versions."""
+def running_versions(resources: list[Res], name: str, scope: Scope, urn: str | None
+                     ) -> tuple[list[str], list[Found], list[Finding | Outside]]:
+    """(versions of `name` (keda, karpenter) the stack's rules judge against, its unknown chart versions, what to
+    report about them at `urn`): the stack's charts' versions, or the pin when it has none; in a partial plan
+    without a chart, the fact's version (a violation when the catalogue refuses it), else the pin and an `Outside`
+    (one wording for every rule, so it is said once)."""
+    charts = stack_charts(resources)
+    if scope.whole or charts.get(name):
+        known, unknown = _versions_in_stack(charts, name)
+        return known, unknown, []
+    label, key = RUNNING[name]
+    pin = catalogue.CHARTS[name].version
+    value = scope.value(key)
+    if isinstance(value, str):
+        refuse = catalogue.keda_version_problem if name == KEDA else catalogue.karpenter_version_problem
+        problem = refuse(value)
+        if problem is None:
+            return [value], [], []
+        return [], [], [(urn, f"{key} = {fmt(value)} ({scope.source(key)}): {problem}; the {label} this stack runs "
+                              f"on must be one the catalogue accepts (it pins {pin!r})")]
+    return [pin], [], [Outside(urn, f"{label} is not in this plan (no {name} chart): its version is not known here, "
+                                    f"so the rules judge against the catalogue's pin {label} {pin}", (key,))]
+
+
+def pair_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Finding | Outside]:
+    """(urn, message) when karpenter-crd and karpenter are both in the stack at different versions; in a partial
+    plan without the karpenter chart, when karpenter-crd is not at the version of the Karpenter that runs, or that
+    version is one the catalogue refuses (the NodePools' AMI guard)."""
     charts = stack_charts(resources)
     crd_name = KARPENTER_CRD
-    out: list[tuple[str, str]] = []
+    out: list[Finding | Outside] = []
+    if not scope.whole and not charts.get(KARPENTER):
+        # Another stack runs Karpenter. With its version known, this plan's NodePools run under it (the AMI guard)
+        # and a karpenter-crd chart here must match it; unknown, only a karpenter-crd chart here is left unchecked
+        # (a NodePool alone says nothing: the components check the version they are given).
+        crds = charts.get(crd_name, [])
+        given = isinstance(scope.value(RUNNING[KARPENTER][1]), str)
+        objects = [r.urn for r in resources if is_kind(r.type, NODEPOOL) or is_kind(r.type, EC2NODECLASS)]
+        if not (crds or (given and objects)):
+            return []
+        versions, _unknown, said = running_versions(resources, KARPENTER, scope, (objects or [crds[0][0]])[0])
+        out += said
+        if not given:
+            return out
+        charts = {**charts, KARPENTER: [(None, Found(v, scope.source(RUNNING[KARPENTER][1]))) for v in versions]}
     for (crd_urn, crd), (ctl_urn, ctl) in product(charts.get(crd_name, []), charts.get(KARPENTER, [])):
         for urn, v in ((crd_urn, crd), (ctl_urn, ctl)):
             if v.unknown:
@@ -103,7 +152,8 @@ def pair_findings(resources: list[Res]) -> list[tuple[str, str]]:
             continue
         if isinstance(crd.value, str) and isinstance(ctl.value, str) and _same_version(crd.value, ctl.value):
             continue
-        out.append((crd_urn, f"{crd.path} of {crd_name} = {fmt(crd.value)} but {KARPENTER} is at {fmt(ctl.value)}: "
+        at = f"{fmt(ctl.value)} ({ctl.path})" if ctl_urn is None else fmt(ctl.value)
+        out.append((crd_urn, f"{crd.path} of {crd_name} = {fmt(crd.value)} but {KARPENTER} is at {at}: "
                              f"the CRDs are coupled to the controller; install {crd_name} and {KARPENTER} at the same "
                              f"version (the catalogue pins both at {catalogue.CHARTS[KARPENTER].version!r})"))
     return out
@@ -124,16 +174,15 @@ def _versions_in_stack(charts: dict[str, list[tuple[str, Found]]], name: str) ->
     return (known or ([] if unknown else [catalogue.CHARTS[name].version])), unknown
 
 
-def strategy_findings(resources: list[Res]) -> list[tuple[str, str]]:
+def strategy_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every ScaledJob whose scalingStrategy.strategy the stack's KEDA rejects."""
-    keda_versions, keda_unknown = _versions_in_stack(stack_charts(resources), KEDA)
-    out: list[tuple[str, str]] = []
-    for r in resources:
-        if not is_kind(r.type, SCALED_JOB):
-            continue
+    judged = [r for r in resources if is_kind(r.type, SCALED_JOB)
+              and not dig(r.props, "spec", "scalingStrategy", "strategy").missing]
+    if not judged:
+        return []
+    keda_versions, keda_unknown, out = running_versions(resources, KEDA, scope, judged[0].urn)
+    for r in judged:
         strategy = dig(r.props, "spec", "scalingStrategy", "strategy")
-        if strategy.missing:
-            continue
         if strategy.unknown:
             out.append((r.urn, unknown_message(strategy.path, "whether KEDA accepts the scaling strategy")))
             continue
@@ -147,17 +196,17 @@ def strategy_findings(resources: list[Res]) -> list[tuple[str, str]]:
     return out
 
 
-def kubernetes_findings(resources: list[Res]) -> list[tuple[str, str]]:
+def kubernetes_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every EKS cluster whose version is unpinned or outside the stack's Karpenter/KEDA range."""
-    charts = stack_charts(resources)
-    karpenters, k_unknown = _versions_in_stack(charts, KARPENTER)
-    kedas, e_unknown = _versions_in_stack(charts, KEDA)
+    clusters = [r for r in resources if r.type in CLUSTER_TYPES]
+    if not clusters:
+        return []
+    karpenters, k_unknown, out = running_versions(resources, KARPENTER, scope, clusters[0].urn)
+    kedas, e_unknown, said = running_versions(resources, KEDA, scope, clusters[0].urn)
+    out += said
     karpenters = karpenters or [catalogue.CHARTS[KARPENTER].version]
     kedas = kedas or [catalogue.CHARTS[KEDA].version]
-    out: list[tuple[str, str]] = []
-    for r in resources:
-        if r.type not in CLUSTER_TYPES:
-            continue
+    for r in clusters:
         version = dig(r.props, "version")
         if version.unknown:
             out.append((r.urn, unknown_message(version.path, "the Kubernetes version against Karpenter and KEDA")))
@@ -233,16 +282,17 @@ CHART_POLICY = resource_policy(
                 "Karpenter 1.0.0-1.0.2 or 1.8.4, no KEDA below the minimum).",
     HELM_CHART_TYPES, lambda r: chart_problems(r.props))
 
-PAIR_POLICY = plan_policy(
-    PAIR_NAME, "The karpenter-crd chart must be at the same version as the karpenter chart.", pair_findings)
+PAIR_POLICY = scoped_policy(
+    PAIR_NAME, "The karpenter-crd chart must be at the same version as the karpenter chart (in a partial plan: as the "
+               "Karpenter that runs, which must be one the catalogue accepts).", pair_findings, ("karpenterVersion",))
 
-STRATEGY_POLICY = plan_policy(
+STRATEGY_POLICY = scoped_policy(
     STRATEGY_NAME, "A ScaledJob's scalingStrategy.strategy must be one the stack's KEDA accepts (KEDA 2.20.0-2.20.1 "
-                   "reject 'default').", strategy_findings)
+                   "reject 'default').", strategy_findings, ("kedaVersion",))
 
-KUBERNETES_POLICY = plan_policy(
+KUBERNETES_POLICY = scoped_policy(
     KUBERNETES_NAME, "The EKS cluster's Kubernetes version must be pinned and inside what the stack's Karpenter and "
-                     "KEDA support.", kubernetes_findings)
+                     "KEDA support.", kubernetes_findings, ("karpenterVersion", "kedaVersion"))
 
 SUPPORT_WINDOW_POLICY = plan_policy(
     SUPPORT_WINDOW_NAME, "Tells a stack whose EKS Kubernetes version leaves standard support within 90 days, or runs "

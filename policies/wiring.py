@@ -1,16 +1,41 @@
 """Stack rules on references: Pod Identity associations name ServiceAccounts the plan creates and the intended pods run
-as, and KEDA authenticationRefs and scaler roles resolve to what the plan creates."""
+as, and KEDA authenticationRefs and scaler roles resolve to what the plan creates.
+
+In a partial plan (no GpuBurstPlatform) an end that is not in the plan is another stack's: the rule yields an
+`Outside` for it (reported once by `outside-this-stack`) instead of a violation, unless the plan owns the place the
+end should be (a namespace whose ServiceAccounts, associations or TriggerAuthentications it creates), where a missing
+name is a mismatch between two things of this plan and stays a violation.
+"""
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from ._components import catalogue
-from .declare import plan_policy
-from .plan import Res, chart_of, charts, describe_res, meta_name, meta_namespace, rendered
+from .declare import scoped_policy
+from .facts import WHOLE, Scope
+from .identity import (
+    IAM_ROLE,
+    POD_IDENTITY_ASSOCIATION,
+    SERVICE_ACCOUNT,
+    association_namespaces,
+    associations,
+    auths,
+    find_role,
+    intended_users,
+    keda_in_plan,
+    keda_operator_identity,
+    operator_role,
+    parse_role_arn,
+    role_dependency,
+    roles_named,
+    service_account_namespaces,
+    service_accounts,
+    trusted_principals,
+    workload_pods,
+)
+from .outside import Finding, Outside
+from .plan import Res, describe_res, meta_namespace
 from .resources import (
     CLUSTER_TRIGGER_AUTHENTICATION,
-    POD_TEMPLATE_PATHS,
     SCALED_JOB,
     SCALED_OBJECT,
     TRIGGER_AUTHENTICATION,
@@ -18,149 +43,44 @@ from .resources import (
     fmt,
     is_kind,
     join_path,
-    k8s_kind,
     triggers,
 )
-from .schedulability import gpu_pods
 from .unknowns import UNKNOWN, unknown_message
 
 POD_IDENTITY_NAME = "pod-identity-wiring"
 KEDA_AUTH_NAME = "keda-auth-wiring"
 
-POD_IDENTITY_ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
-IAM_ROLE = "aws:iam/role:Role"
-SERVICE_ACCOUNT = ("core", "ServiceAccount")
-
-CHART_SERVICE_ACCOUNTS: dict[str, tuple[tuple[str, ...], str]] = {
-    # chart -> (values path of the service account the chart's controller runs as, the chart's default name); used
-    # only for a chart whose rendered objects are not in the plan.
-    "karpenter": (("serviceAccount",), "karpenter"),
-    "keda": (("serviceAccount", "operator"), "keda-operator"),
-}
-"""Where an unrendered chart's values name the ServiceAccount it creates and runs its controller as."""
-KEDA_OPERATOR = "keda-operator"
-"""The KEDA operator Deployment's name in the chart."""
+__all__ = ["IAM_ROLE", "KEDA_AUTH_NAME", "KEDA_AUTH_POLICY", "POD_IDENTITY_ASSOCIATION", "POD_IDENTITY_NAME",
+           "POD_IDENTITY_POLICY", "POLICIES", "SERVICE_ACCOUNT", "keda_auth_findings", "pod_identity_findings"]
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Service accounts and the pods that run as them.
-# --------------------------------------------------------------------------------------------------------------------
-
-def _chart_service_account(chart: Res, chart_name: str) -> tuple[str | None, Any, bool]:
-    """(namespace, name, created) of the ServiceAccount an unrendered chart's values declare."""
-    path, default = CHART_SERVICE_ACCOUNTS[chart_name]
-    values = dig(chart.props, "values").value
-    sa = dig(values, *path).value if isinstance(values, dict) else None
-    sa = sa if isinstance(sa, dict) else {}
-    name = sa.get("name") or default
-    created = sa.get("create", True) is not False
-    ns = dig(chart.props, "namespace").value
-    return (ns if isinstance(ns, str) else None), name, created
+def _existing_keda_account(scope: Scope) -> tuple[Any, Any] | None:
+    """(namespace, ServiceAccount) of a KEDA operator another stack runs, when the facts name it."""
+    ns, sa = scope.value("kedaNamespace"), scope.value("kedaOperatorServiceAccount")
+    return (ns, sa) if isinstance(ns, str) and isinstance(sa, str) else None
 
 
-def service_accounts(resources: list[Res]) -> dict[tuple[str | None, str], Res]:
-    """(namespace, name) -> the resource that creates that ServiceAccount: a ServiceAccount (stack-made or rendered
-    from a chart), or a chart whose rendered objects are missing from the plan and whose values create it."""
-    out: dict[tuple[str | None, str], Res] = {}
-    for r in resources:
-        if k8s_kind(r.type) == SERVICE_ACCOUNT and isinstance(meta_name(r.props), str):
-            ns = meta_namespace(r.props)
-            out[(ns if isinstance(ns, str) else None, meta_name(r.props))] = r
-    for chart_name in CHART_SERVICE_ACCOUNTS:
-        for chart in charts(resources, chart_name):
-            if rendered(resources, chart):
-                continue
-            ns, name, created = _chart_service_account(chart, chart_name)
-            if created and isinstance(name, str):
-                out.setdefault((ns, name), chart)
-    return out
+def _cluster_name_finding(r: Res, scope: Scope) -> Finding | None:
+    cluster, given = scope.value("clusterName"), r.props.get("clusterName")
+    if not (isinstance(cluster, str) and isinstance(given, str)) or given == cluster:
+        return None
+    return (r.urn, f"PodIdentityAssociation {r.name} clusterName = {fmt(given)} but the cluster this stack attaches to "
+                   f"is {fmt(cluster)} ({scope.source('clusterName')}): the association is made on another cluster and "
+                   "no pod here gets the role; name the cluster")
 
 
-def pod_service_account(pod: Any) -> Any:
-    """The ServiceAccount a plain pod spec runs as (`default` when unset; UNKNOWN when unknown)."""
-    sa = pod.get("serviceAccountName") if isinstance(pod, dict) else None
-    if sa is UNKNOWN:
-        return UNKNOWN
-    if not sa:
-        sa = pod.get("serviceAccount") if isinstance(pod, dict) else None
-    return sa or "default"
-
-
-def workload_pods(resources: list[Res]) -> list[tuple[Res, str | None, Any, str]]:
-    """(resource, namespace, ServiceAccount, path of the field) for every pod-bearing resource, and for each
-    unrendered karpenter/keda chart its controller."""
-    out = []
-    for r in resources:
-        kind = k8s_kind(r.type)
-        if kind in POD_TEMPLATE_PATHS:
-            pod = dig(r.props, *POD_TEMPLATE_PATHS[kind])
-            if isinstance(pod.value, dict):
-                ns = meta_namespace(r.props)
-                if ns is None:
-                    ns = _chart_namespace(r, resources)
-                out.append((r, ns if isinstance(ns, str) else None, pod_service_account(pod.value),
-                            join_path(pod.path, "serviceAccountName")))
-    for chart_name in CHART_SERVICE_ACCOUNTS:
-        for chart in charts(resources, chart_name):
-            if not rendered(resources, chart):
-                ns, name, _created = _chart_service_account(chart, chart_name)
-                out.append((chart, ns, name, "values." + ".".join(CHART_SERVICE_ACCOUNTS[chart_name][0]) + ".name"))
-    return out
-
-
-def _chart_namespace(r: Res, resources: list[Res]) -> str | None:
-    """A rendered object without metadata.namespace lands in its chart's namespace."""
-    by_urn = {x.urn: x for x in resources}
-    parent = by_urn.get(r.parent) if r.parent else None
-    while parent is not None:
-        ns = dig(parent.props, "namespace").value
-        if parent.type.startswith("kubernetes:helm.sh/") and isinstance(ns, str):
-            return ns
-        parent = by_urn.get(parent.parent) if parent.parent else None
-    return None
-
-
-def is_placeholder(pod: Any) -> bool:
-    """Whether a pod spec only runs the catalogue's pause image (the warm GPU floor's capacity placeholder)."""
-    containers = pod.get("containers") if isinstance(pod, dict) else None
-    return bool(containers) and all(isinstance(c, dict) and c.get("image") == catalogue.PAUSE_IMAGE
-                                    for c in containers)
-
-
-def intended_users(resources: list[Res]) -> list[tuple[Res, str | None, Any, str]]:
-    """The pods that must run with a Pod Identity role: the KEDA operator, the Karpenter controller, every
-    ScaledJob and every GPU-requesting Deployment (the workers)."""
-    by_urn = {r.urn: r for r in resources}
-    # A warm-floor placeholder (every container the pinned pause image) only holds a GPU node: it calls no AWS API.
-    gpu = {r.urn for r, pod, _path in gpu_pods(resources) if not is_placeholder(pod)}
-    out = []
-    for r, ns, sa, path in workload_pods(resources):
-        kind = k8s_kind(r.type)
-        chart = chart_of(r, by_urn) if kind else None
-        if r.type.startswith("kubernetes:helm.sh/"):
-            out.append((r, ns, sa, path))
-        elif chart == "karpenter" and kind == ("apps", "Deployment"):
-            out.append((r, ns, sa, path))
-        elif chart == "keda" and kind == ("apps", "Deployment") and meta_name(r.props) == KEDA_OPERATOR:
-            out.append((r, ns, sa, path))
-        elif kind == SCALED_JOB or (kind == ("apps", "Deployment") and r.urn in gpu):
-            out.append((r, ns, sa, path))
-    return out
-
-
-def associations(resources: list[Res]) -> list[tuple[Res, Any, Any]]:
-    """(association, namespace, serviceAccount) of every EKS Pod Identity association."""
-    return [(r, r.props.get("namespace"), r.props.get("serviceAccount"))
-            for r in resources if r.type == POD_IDENTITY_ASSOCIATION]
-
-
-def pod_identity_findings(resources: list[Res]) -> list[tuple[str, str]]:
+def pod_identity_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every association whose ServiceAccount the plan does not create or no pod runs as, every
-    pod running as a ServiceAccount the plan does not create, and every intended pod without an association."""
+    pod running as a ServiceAccount the plan does not create, and every intended pod without an association; in a
+    partial plan an `Outside` instead where that end belongs to a namespace the plan does not manage."""
     sas = service_accounts(resources)
     pods = workload_pods(resources)
-    out: list[tuple[str, str]] = []
+    out: list[Finding | Outside] = []
     assoc = associations(resources)
+    owned_sa_ns = service_account_namespaces(resources)
+    pod_ns = {ns for p, ns, _sa, _path in pods if not p.type.startswith("kubernetes:helm.sh/")}
+    assoc_ns = association_namespaces(resources)
+    existing_keda = None if scope.whole or keda_in_plan(resources) else _existing_keda_account(scope)
     for r, ns, sa in assoc:
         for field, value in (("namespace", ns), ("serviceAccount", sa)):
             if value is UNKNOWN:
@@ -168,16 +88,32 @@ def pod_identity_findings(resources: list[Res]) -> list[tuple[str, str]]:
         if UNKNOWN in (ns, sa):
             continue
         where = f"{ns}/{sa}"
+        wrong_cluster = None if scope.whole else _cluster_name_finding(r, scope)
+        if wrong_cluster:
+            out.append(wrong_cluster)
         if (ns, sa) not in sas:
-            same_ns = sorted(n for (n_ns, n) in sas if n_ns == ns)
-            have = f"the plan creates {', '.join(same_ns)} there" if same_ns else "the plan creates none there"
-            out.append((r.urn, f"PodIdentityAssociation {r.name} names ServiceAccount {where}, which no resource "
-                               f"creates ({have}): no pod gets the role; name the ServiceAccount the workload runs as"))
+            if (ns, sa) == existing_keda:
+                continue  # the operator of the KEDA another stack runs (the facts say it runs as this one)
+            if scope.whole or ns in owned_sa_ns:
+                same_ns = sorted(n for (n_ns, n) in sas if n_ns == ns)
+                have = f"the plan creates {', '.join(same_ns)} there" if same_ns else "the plan creates none there"
+                out.append((r.urn, f"PodIdentityAssociation {r.name} names ServiceAccount {where}, which no resource "
+                                   f"creates ({have}): no pod gets the role; name the ServiceAccount the workload "
+                                   "runs as"))
+            else:
+                out.append(Outside(r.urn, f"PodIdentityAssociation {r.name} names ServiceAccount {where}, which is not "
+                                          "in this plan: could not check that it exists and that a pod runs as it "
+                                          f"(this plan creates no ServiceAccount in namespace {ns})"))
             continue
         users = [p for p, p_ns, p_sa, _path in pods if p_ns == ns and p_sa == sa]
-        if not users:
+        if users:
+            continue
+        if scope.whole or ns in pod_ns:
             out.append((r.urn, f"PodIdentityAssociation {r.name} gives ServiceAccount {where} "
                                f"({describe_res(sas[(ns, sa)])}) a role, but no pod in the plan runs as it"))
+        else:
+            out.append(Outside(r.urn, f"PodIdentityAssociation {r.name} gives ServiceAccount {where} a role, but no "
+                                      "pod in this plan runs as it: could not check that another stack's pods do"))
     associated = {(ns, sa) for _r, ns, sa in assoc}
     for p, ns, sa, path in pods:
         if sa is UNKNOWN:
@@ -185,15 +121,24 @@ def pod_identity_findings(resources: list[Res]) -> list[tuple[str, str]]:
             continue
         if p.type.startswith("kubernetes:helm.sh/") or (ns, sa) in sas or sa == "default":
             continue
-        out.append((p.urn, f"{describe_res(p)} runs as ServiceAccount {ns}/{sa} ({path}), which no resource "
-                           "creates: the pod is refused at admission; create it or use the ServiceAccount the "
-                           "plan creates"))
+        if scope.whole or ns in owned_sa_ns:
+            out.append((p.urn, f"{describe_res(p)} runs as ServiceAccount {ns}/{sa} ({path}), which no resource "
+                               "creates: the pod is refused at admission; create it or use the ServiceAccount the "
+                               "plan creates"))
+        else:
+            out.append(Outside(p.urn, f"{describe_res(p)} runs as ServiceAccount {ns}/{sa} ({path}), which is not "
+                                      "in this plan: could not check that another stack creates it"))
     for p, ns, sa, path in intended_users(resources):
         if sa is UNKNOWN or (ns, sa) in associated:
             continue
-        out.append((p.urn, f"{describe_res(p)} runs as ServiceAccount {ns}/{sa} ({path}) but no "
-                           "PodIdentityAssociation names it: the pod gets no AWS credentials; associate its role "
-                           "with that ServiceAccount (or run the pod as the associated one)"))
+        if scope.whole or ns in assoc_ns:
+            out.append((p.urn, f"{describe_res(p)} runs as ServiceAccount {ns}/{sa} ({path}) but no "
+                               "PodIdentityAssociation names it: the pod gets no AWS credentials; associate its role "
+                               "with that ServiceAccount (or run the pod as the associated one)"))
+        else:
+            out.append(Outside(p.urn, f"{describe_res(p)} runs as ServiceAccount {ns}/{sa} ({path}), which no "
+                                      "PodIdentityAssociation in this plan names: could not check that another stack "
+                                      "gives it AWS credentials"))
     return out
 
 
@@ -201,116 +146,9 @@ def pod_identity_findings(resources: list[Res]) -> list[tuple[str, str]]:
 # keda-auth-wiring
 # --------------------------------------------------------------------------------------------------------------------
 
-def parse_role_arn(arn: str) -> tuple[str, str, str] | None:
-    """`arn:aws:iam::123:role/path/name` -> (account, path `/path/`, name); None when it is not a role ARN."""
-    parts = arn.split(":", 5)
-    if len(parts) != 6 or parts[2] != "iam" or not parts[5].startswith("role/"):
-        return None
-    rest = parts[5][len("role/"):]
-    path, _, name = rest.rpartition("/")
-    return parts[4], "/" + (path + "/" if path else ""), name
-
-
-def find_role(resources: list[Res], arn: str) -> Res | None:
-    """The aws:iam/role:Role in the plan this ARN names: by its `name` input, else by its resource name (Pulumi
-    auto-names a role `<resource name>-<7 hex>`); the ARN's path must be the role's `path` unless the ARN carries
-    none (an offline plan's mocked ARN)."""
-    parsed = parse_role_arn(arn)
-    if parsed is None:
-        return None
-    _account, path, name = parsed
-    for r in resources:
-        if r.type != IAM_ROLE:
-            continue
-        given = r.props.get("name")
-        if isinstance(given, str):
-            same = given == name
-        else:
-            same = name == r.name or (name.startswith(r.name + "-") and len(name) == len(r.name) + 8)
-        role_path = r.props.get("path") if isinstance(r.props.get("path"), str) else "/"
-        if same and (path == "/" or path == role_path):
-            return r
-    return None
-
-
-def role_dependency(resources: list[Res], res: Res) -> Res | None:
-    """The one IAM role `res` depends on, or None when it depends on none or several: during a preview a role ARN is
-    unknown (the role does not exist yet), and the dependency is where the engine says the value comes from."""
-    by_urn = {r.urn: r for r in resources}
-    roles = [by_urn[u] for u in res.dependencies if u in by_urn and by_urn[u].type == IAM_ROLE]
-    return roles[0] if len(roles) == 1 else None
-
-
-def operator_role(resources: list[Res], association: Res) -> tuple[Res | None, Any]:
-    """(the IAM role a Pod Identity association grants — by its known ARN, else by its dependency —, the ARN)."""
-    arn = association.props.get("roleArn")
-    if isinstance(arn, str):
-        return find_role(resources, arn), arn
-    return role_dependency(resources, association), arn
-
-
-def trusted_principals(role: Res) -> tuple[list[str] | None, str | None]:
-    """(AWS principals the role's trust policy lets assume it with sts:AssumeRole, or None when unknown; the
-    unknown field's path)."""
-    doc = role.props.get("assumeRolePolicy")
-    if doc is UNKNOWN:
-        return None, "assumeRolePolicy"
-    if isinstance(doc, str):
-        try:
-            doc = json.loads(doc)
-        except ValueError:
-            return [], None
-    statements = doc.get("Statement") if isinstance(doc, dict) else None
-    statements = [statements] if isinstance(statements, dict) else (statements or [])
-    out = []
-    for st in statements:
-        if not isinstance(st, dict) or st.get("Effect") != "Allow":
-            continue
-        actions = st.get("Action")
-        actions = [actions] if isinstance(actions, str) else (actions or [])
-        if not any(a in ("sts:AssumeRole", "sts:*", "*") for a in actions):
-            continue
-        principal = st.get("Principal")
-        aws = principal.get("AWS") if isinstance(principal, dict) else None
-        if aws is UNKNOWN:
-            return None, "assumeRolePolicy Statement Principal.AWS"
-        out += [aws] if isinstance(aws, str) else [a for a in (aws or []) if isinstance(a, str)]
-    return out, None
-
-
-def keda_operator_identity(resources: list[Res]) -> tuple[tuple[Any, Any] | None, Res | None]:
-    """((namespace, ServiceAccount) the KEDA operator runs as, its Pod Identity association) — None when the plan
-    has no KEDA operator or no association for it."""
-    by_urn = {r.urn: r for r in resources}
-    keda_charts = {c.urn for c in charts(resources, "keda")}
-    sa_key = None
-    for p, ns, sa, _path in intended_users(resources):
-        if p.urn in keda_charts or chart_of(p, by_urn) == "keda":
-            sa_key = (ns, sa)
-    if sa_key is None:
-        return None, None
-    for r, ns, sa in associations(resources):
-        if (ns, sa) == sa_key:
-            return sa_key, r
-    return sa_key, None
-
-
-def _auths(resources: list[Res]) -> dict[tuple[str, str | None, str], Res]:
-    out = {}
-    for r in resources:
-        for kind in (TRIGGER_AUTHENTICATION, CLUSTER_TRIGGER_AUTHENTICATION):
-            if is_kind(r.type, kind) and isinstance(meta_name(r.props), str):
-                ns = meta_namespace(r.props) if kind == TRIGGER_AUTHENTICATION else None
-                out[(kind[1], ns if isinstance(ns, str) else None, meta_name(r.props))] = r
-    return out
-
-
-def keda_auth_findings(resources: list[Res]) -> list[tuple[str, str]]:
-    """(urn, message) for every authenticationRef that resolves to no (Cluster)TriggerAuthentication in its
-    namespace, and every podIdentity.roleArn naming no role in the plan or a role that does not trust the KEDA
-    operator's role."""
-    auths = _auths(resources)
-    out: list[tuple[str, str]] = []
+def _auth_ref_findings(resources: list[Res], index: dict, scope: Scope) -> list[Finding | Outside]:
+    """authenticationRefs that resolve to no (Cluster)TriggerAuthentication of the plan."""
+    out: list[Finding | Outside] = []
     for r in resources:
         if not (is_kind(r.type, SCALED_JOB) or is_kind(r.type, SCALED_OBJECT)):
             continue
@@ -326,17 +164,67 @@ def keda_auth_findings(resources: list[Res]) -> list[tuple[str, str]]:
                 out.append((r.urn, unknown_message(join_path(path, "authenticationRef"),
                                                    "which TriggerAuthentication the trigger uses")))
                 continue
-            key = (kind, None if kind == CLUSTER_TRIGGER_AUTHENTICATION[1] else ns, name)
-            if key in auths:
+            cluster_scoped = kind == CLUSTER_TRIGGER_AUTHENTICATION[1]
+            key = (kind, None if cluster_scoped else ns, name)
+            if key in index:
                 continue
-            elsewhere = sorted(f"{k[0]} {k[1] + '/' if k[1] else ''}{k[2]}" for k in auths if k[2] == name)
-            hint = f" (the plan has {', '.join(elsewhere)}: wrong namespace or kind)" if elsewhere else ""
-            out.append((r.urn, f"{describe_res(r)} {join_path(path, 'authenticationRef')} names {kind} "
-                               f"{(ns + '/') if key[1] else ''}{name}, which the plan does not create{hint}: KEDA "
-                               "cannot read the queue and never scales; point it at the TriggerAuthentication in "
-                               "the ScaledJob's namespace"))
-    operator_sa, operator_assoc = keda_operator_identity(resources)
-    for (_kind, _ns, _name), ta in auths.items():
+            elsewhere = sorted(f"{k[0]} {k[1] + '/' if k[1] else ''}{k[2]}" for k in index if k[2] == name)
+            # The plan declares TriggerAuthentications there: a name it does not declare is a mismatch.
+            owned = any(k[0] == kind and (cluster_scoped or k[1] == ns) for k in index)
+            what = f"{describe_res(r)} {join_path(path, 'authenticationRef')} names {kind} " \
+                   f"{(ns + '/') if key[1] else ''}{name}"
+            if scope.whole or elsewhere or owned:
+                hint = f" (the plan has {', '.join(elsewhere)}: wrong namespace or kind)" if elsewhere else ""
+                out.append((r.urn, f"{what}, which the plan does not create{hint}: KEDA cannot read the queue and "
+                                   "never scales; point it at the TriggerAuthentication in the ScaledJob's "
+                                   "namespace"))
+            else:
+                out.append(Outside(r.urn, f"{what}, which is not in this plan: could not check that it exists or "
+                                          "which role it makes KEDA assume"))
+    return out
+
+
+def _scaler_path_finding(ta: Res, who: str, role_path: str, what: str, scope: Scope) -> Finding | None:
+    """With the existing KEDA's scaler role path known, a scaler role elsewhere is one its operator may not assume."""
+    path = scope.value("kedaScalerRolePath")
+    if not isinstance(path, str) or role_path == path:
+        return None
+    source = scope.source("kedaScalerRolePath")
+    return (ta.urn, f"{who} {what} is not under the scaler role path {fmt(path)} ({source}): "
+                    "the KEDA operator may assume roles only there, so AssumeRole is denied and the ScaledJob never "
+                    "scales; create the scaler role under that path")
+
+
+def _trust_against_fact(ta: Res, who: str, role: Res, scope: Scope, operator_sa: Any) -> Finding | Outside | None:
+    """The scaler role's trust against the operator role of a KEDA another stack runs (an `Outside` without it)."""
+    arn = scope.value("kedaOperatorRoleArn")
+    if not isinstance(arn, str):
+        what = (f"the KEDA operator's ServiceAccount {operator_sa[0]}/{operator_sa[1]} has no PodIdentityAssociation "
+                "in this plan" if operator_sa else "the KEDA operator is not in this plan")
+        return Outside(ta.urn, f"{who} makes KEDA assume role {role.name}, but {what}: could not check that the role "
+                               "trusts the operator's role", ("kedaOperatorRoleArn",))
+    principals, unknown_at = trusted_principals(role)
+    if principals is None:
+        return (ta.urn, unknown_message(f"{role.name}.{unknown_at}",
+                                        f"whether role {role.name} trusts the KEDA operator"))
+    if arn in principals or "*" in principals:
+        return None
+    return (ta.urn, f"{who} makes KEDA assume role {role.name}, whose trust policy does not trust the KEDA operator's "
+                    f"role {fmt(arn)} ({scope.source('kedaOperatorRoleArn')}; it trusts "
+                    f"{fmt(principals) if principals else 'no AWS principal'}): AssumeRole is denied; add the operator "
+                    "role as Principal.AWS")
+
+
+def keda_auth_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Finding | Outside]:
+    """(urn, message) for every authenticationRef that resolves to no (Cluster)TriggerAuthentication in its
+    namespace, and every podIdentity.roleArn naming no role in the plan or a role that does not trust the KEDA
+    operator's role; in a partial plan an `Outside` for a TriggerAuthentication, a role or an operator that is
+    another stack's (the facts of an ExistingKeda, or policy config, let it check the trust)."""
+    index = auths(resources)
+    out = _auth_ref_findings(resources, index, scope)
+    operator_sa, operator_assoc = keda_operator_identity(resources, scope)
+    outside_keda = not scope.whole and not keda_in_plan(resources)
+    for (_kind, _ns, _name), ta in index.items():
         role_arn = dig(ta.props, "spec", "podIdentity", "roleArn")
         if role_arn.missing:
             continue
@@ -351,13 +239,35 @@ def keda_auth_findings(resources: list[Res]) -> list[tuple[str, str]]:
         else:
             role = find_role(resources, str(role_arn.value))
         if role is None:
-            out.append((ta.urn, f"{who} {role_arn.path} = {fmt(role_arn.value)} names no IAM role the plan creates: "
-                                "KEDA's AssumeRole fails and the ScaledJob never scales; use the scaler role's ARN"))
+            parsed = parse_role_arn(str(role_arn.value))
+            near = roles_named(resources, str(role_arn.value)) or role_dependency(resources, ta)
+            if scope.whole or parsed is None or near:
+                out.append((ta.urn, f"{who} {role_arn.path} = {fmt(role_arn.value)} names no IAM role the plan "
+                                    "creates: KEDA's AssumeRole fails and the ScaledJob never scales; use the scaler "
+                                    "role's ARN"))
+                continue
+            wrong_path = _scaler_path_finding(ta, who, parsed[1], f"{role_arn.path} = {fmt(role_arn.value)}", scope) \
+                if outside_keda else None
+            out.append(wrong_path or Outside(ta.urn, f"{who} {role_arn.path} = {fmt(role_arn.value)} is a role from "
+                                                     "another stack: could not check that it trusts the KEDA operator "
+                                                     "or may read the queue"))
             continue
+        if outside_keda:
+            role_path = role.props.get("path") if isinstance(role.props.get("path"), str) else "/"
+            wrong_path = _scaler_path_finding(ta, who, role_path, f"role {role.name} (path {fmt(role_path)})", scope)
+            if wrong_path:
+                out.append(wrong_path)
+                continue
         if operator_assoc is None:
-            what = (f"the KEDA operator's ServiceAccount {operator_sa[0]}/{operator_sa[1]} has no "
-                    "PodIdentityAssociation" if operator_sa else "the plan has no KEDA operator")
-            out.append((ta.urn, f"{who} makes KEDA assume role {role.name}, but {what}, so nothing can assume it"))
+            if scope.whole or (operator_sa is not None and operator_sa[0] in association_namespaces(resources)):
+                what = (f"the KEDA operator's ServiceAccount {operator_sa[0]}/{operator_sa[1]} has no "
+                        "PodIdentityAssociation" if operator_sa else "the plan has no KEDA operator")
+                out.append((ta.urn, f"{who} makes KEDA assume role {role.name}, but {what}, so nothing can assume "
+                                    "it"))
+            else:
+                found = _trust_against_fact(ta, who, role, scope, operator_sa)
+                if found is not None:
+                    out.append(found)
             continue
         op_role, operator_arn = operator_role(resources, operator_assoc)
         principals, unknown_at = trusted_principals(role)
@@ -388,13 +298,13 @@ def keda_auth_findings(resources: list[Res]) -> list[tuple[str, str]]:
     return out
 
 
-POD_IDENTITY_POLICY = plan_policy(
+POD_IDENTITY_POLICY = scoped_policy(
     POD_IDENTITY_NAME, "Every EKS Pod Identity association names a ServiceAccount the plan creates and a pod runs as; "
                        "the KEDA operator, Karpenter controller and GPU workers run as an associated ServiceAccount.",
-    pod_identity_findings)
-KEDA_AUTH_POLICY = plan_policy(
+    pod_identity_findings, ("kedaNamespace", "kedaOperatorServiceAccount"))
+KEDA_AUTH_POLICY = scoped_policy(
     KEDA_AUTH_NAME, "Every KEDA authenticationRef resolves to a (Cluster)TriggerAuthentication in the plan, and every "
                     "podIdentity.roleArn names a role in the plan that trusts the KEDA operator's role.",
-    keda_auth_findings)
+    keda_auth_findings, ("kedaNamespace", "kedaOperatorServiceAccount", "kedaOperatorRoleArn"))
 
 POLICIES = [POD_IDENTITY_POLICY, KEDA_AUTH_POLICY]

@@ -90,3 +90,26 @@ def test_no_rule_module_builds_a_policy_by_hand():
             continue
         text = path.read_text(encoding="utf-8")
         assert "ResourceValidationPolicy(" not in text and "StackValidationPolicy(" not in text, path.name
+
+
+def test_a_scoped_policy_reports_violations_leaves_outsides_and_takes_its_facts_in_config(run_stack):
+    from policies.declare import SCOPED, scoped_policy
+    from policies.outside import Outside
+
+    seen = []
+
+    def findings(resources, scope):
+        seen.append(scope)
+        return [("urn:x", "a mismatch"), Outside("urn:y", "not in this plan")]
+
+    policy = scoped_policy("probe-scoped", "probe", findings, ("devicePlugin", "nodeClassAmiAlias"))
+    try:
+        assert isinstance(policy, StackValidationPolicy) and policy.enforcement_level == EnforcementLevel.MANDATORY
+        assert set(policy.config_schema.properties) == {"wholePlatform", "devicePlugin"}
+        assert SCOPED["probe-scoped"].findings is findings
+        assert SCOPED["probe-scoped"].keys == ("devicePlugin", "nodeClassAmiAlias")
+        assert run_stack(policy, []) == [("urn:x", "a mismatch")]
+        assert seen[-1].whole is False
+        assert run_stack(policy, [("gpuburst:index:GpuBurstPlatform", {})]) and seen[-1].whole is True
+    finally:
+        del SCOPED["probe-scoped"]

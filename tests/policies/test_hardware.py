@@ -115,3 +115,26 @@ def test_over_grpc(analyze, types, expected):
     assert len(found) == expected and all(d.level == "MANDATORY" for d in found)
     if expected:
         assert "p3dn.24xlarge (v100, sm_70)" in found[0].message
+
+
+def test_in_a_partial_plan_another_stacks_node_class_is_judged_by_its_alias_or_said():
+    from policies.facts import Fact, Scope
+    from policies.outside import Outside
+
+    def partial(alias=None):
+        table = {"gpu": Fact(alias, "ExistingCluster 'c' nodeClasses['gpu'].amiAlias")} if alias else {}
+        return Scope(False, "partial", {"nodeClassAmiAlias": Fact(table, "ExistingCluster 'c' nodeClasses")})
+
+    resources = world()[:2]  # no EC2NodeClass in the plan
+    assert rule.hardware_findings(resources, FACTS, TORCH, "580") == []  # whole: not judged, as before
+    (end,) = rule.hardware_findings(resources, FACTS, TORCH, "580", scope=partial())
+    assert isinstance(end, Outside) and end.keys == ("nodeClassAmiAlias",)
+    assert end.message == "NodePool 'gpu' boots EC2NodeClass 'gpu' (spec.template.spec.nodeClassRef.name), which is " \
+                          "not in this plan: could not check which NVIDIA driver its AMI gives worker image " \
+                          "worker-image (torch 2.13.0, CUDA 13.0)"
+    assert rule.hardware_findings(resources, FACTS, TORCH, "580", scope=partial("al2023@latest")) == []
+    (_u, message), = rule.hardware_findings(resources, FACTS, TORCH, "570", scope=partial("al2023@latest"))
+    assert "but EC2NodeClass 'gpu' (ExistingCluster 'c' nodeClasses['gpu'].amiAlias) (al2023@latest) of NodePool " \
+           "'gpu' boots driver 570" in message
+    (_u, message), = rule.hardware_findings(resources, FACTS, TORCH, "580", scope=partial("al2023@v20250101"))
+    assert "'al2023@v20250101'" in message and "does not record" in message

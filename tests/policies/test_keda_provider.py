@@ -7,6 +7,14 @@ from components import catalogue
 from policies import keda_provider as rule
 
 
+@pytest.fixture
+def run_rule(run_stack):
+    """The provider rule (a stack policy) over a one-resource plan, as the messages it reports."""
+    def run(policy, rtype: str, props: dict) -> list[str]:
+        return [message for _urn, message in run_stack(policy, [(rtype, props)])]
+    return run
+
+
 def ta(samples, provider, kind: str = "TriggerAuthentication") -> dict:
     props = samples.trigger_auth()
     props["kind"] = kind
@@ -110,3 +118,17 @@ def test_over_grpc_levels_and_overrides(analyze, samples):
     assert report.by_policy(rule.NAME) == [] and report.by_policy(rule.IDENTITY_OWNER_NAME) == []
     unknown = analyze(samples.plan((samples.T_TA, ta(samples, samples.U)))).by_policy(rule.NAME)
     assert [d.level for d in unknown] == ["MANDATORY"]
+
+
+def test_providers_follow_the_stacks_keda_and_in_a_partial_plan_the_existing_one(analyze, samples):
+    doc = samples.plan((samples.T_TA, samples.trigger_auth()))
+    assert analyze(doc).by_policy(rule.NAME) == []  # no KEDA here: the pin (outside-this-stack says so)
+    old = analyze(doc, {rule.NAME: {"kedaVersion": "2.18.0"}}).by_policy(rule.NAME)
+    assert [d.level for d in old] == ["MANDATORY"] and old[0].message.startswith(
+        "kedaVersion = '2.18.0' (policy config kedaVersion): keda 2.18.0 is older than the minimum")
+    existing = {"version": "2.18.0", "namespace": "keda", "operatorServiceAccount": "keda-operator"}
+    found = analyze(samples.plan((samples.T_TA, samples.trigger_auth()), ("gpuburst:index:ExistingKeda", "keda",
+                                                                          existing))).by_policy(rule.NAME)
+    assert len(found) == 1 and "(ExistingKeda 'keda' version)" in found[0].message
+    whole = analyze(doc, {rule.NAME: {"kedaVersion": "2.18.0", "wholePlatform": True}}).by_policy(rule.NAME)
+    assert whole == []  # a whole plan reads no fact: the pin, as before

@@ -321,3 +321,85 @@ def test_an_unknown_nodepool_requirement_leaves_no_verdict(run_stack, samples):
     for policy in (rule.SCHEDULABLE_POLICY, rule.DIVERSITY_POLICY):
         found = run_stack(policy, as_stack(resources))
         assert found and all("is unknown during preview" in m for _u, m in found), (policy.name, found)
+
+
+# -- partial plans: the pool, the node class, the device plugin and the system nodes of another stack ----------------
+
+def partial(**facts):
+    from policies.facts import Fact, Scope
+
+    def fact(key, value):
+        if key == "nodeClassRootVolumeGiB":
+            return Fact({n: Fact(v, f"policy config {key}[{n!r}]") for n, v in value.items()}, f"policy config {key}")
+        return Fact(value, f"policy config {key}")
+
+    return Scope(False, "the plan declares no gpuburst:index:GpuBurstPlatform",
+                 {k: fact(k, v) for k, v in facts.items()})
+
+
+def ends(found) -> list[str]:
+    from policies.outside import Outside
+
+    return [f.message for f in found if isinstance(f, Outside)]
+
+
+def violations(found) -> list[tuple[str, str]]:
+    from policies.outside import Outside
+
+    return [f for f in found if not isinstance(f, Outside)]
+
+
+def test_in_a_partial_plan_a_missing_device_plugin_is_said_once_or_judged_by_the_fact():
+    resources = [r for r in world() if r.name not in ("dp:nvidia/plugin", "dp")]
+    resources.append(res("kubernetes:karpenter.sh/v1:NodePool", "gpu2-pool", {**nodepool(name="gpu2")}))
+    found = rule.device_plugin_findings(resources, FACTS, partial())
+    assert violations(found) == []
+    assert ends(found) == ["the NVIDIA device plugin is not in this plan: could not check that it runs on NodePool "
+                           "'gpu', NodePool 'gpu2', where pod ScaledJob gb/slides needs nvidia.com/gpu allocatable"]
+    assert violations(rule.device_plugin_findings(resources, FACTS, partial(devicePlugin=True))) == []
+    found = rule.device_plugin_findings(resources, FACTS, partial(devicePlugin=False))
+    assert len(found) == 2 and all("and the cluster runs none (policy config devicePlugin: false)" in m
+                                   for _u, m in found)
+
+
+def test_in_a_partial_plan_the_system_node_group_is_said_once_or_judged_by_its_labels():
+    resources = [r for r in world() if r.type != NODEGROUP]
+    found = rule.controller_findings(resources, FACTS, partial())
+    assert violations(found) == [] and ends(found) == [
+        "the system node group is not in this plan (aws:eks/nodeGroup:NodeGroup): could not check that Deployment "
+        "kube-system/karpenter, Deployment keda/keda-operator can run on it"]
+    assert rule.controller_findings(resources, FACTS, partial(systemNodeLabels={"gpuburst.io/pool": "system"})) == []
+    found = rule.controller_findings(resources, FACTS, partial(systemNodeLabels={"role": "controllers"}))
+    assert len(found) == 2 and all("cannot run on the system node group" in m and "the system nodes (policy config "
+                                   "systemNodeLabels {role: 'controllers'})" in m for _u, m in found), found
+
+
+def test_in_a_partial_plan_a_pod_for_another_stacks_pool_is_an_outside():
+    from components.verify.gpujob import build_gpu_job
+
+    elsewhere = build_gpu_job("probe", "gb", "img", nodepool="other", deadline_s=600)
+    resources = world() + [res("kubernetes:batch/v1:Job", "probe", elsewhere)]
+    found = rule.schedulable_findings(resources, FACTS, partial())
+    assert violations(found) == [] and ends(found) == [
+        "pod Job gb/probe (spec.template.spec) selects karpenter.sh/nodepool ['other'], which is not in this plan: "
+        "could not check that it matches and fits the pod"]
+    no_pools = [r for r in world() if r.type != "kubernetes:karpenter.sh/v1:NodePool"]
+    (message,) = ends(rule.schedulable_findings(no_pools, FACTS, partial()))
+    assert message.startswith("pod ScaledJob gb/slides (spec.jobTargetRef.template.spec) requests nvidia.com/gpu but "
+                              "no NodePool is in this plan")
+    wrong = pod()
+    wrong["tolerations"] = []
+    found = rule.schedulable_findings(world(job_pod=wrong), FACTS, partial())  # the plan's only pool: a mismatch
+    assert ends(found) == [] and "matches no NodePool" in found[0][1]
+
+
+def test_in_a_partial_plan_another_stacks_node_class_gives_its_root_volume_or_is_said():
+    resources = [r for r in world() if r.name != "gpu-class"]
+    found = rule.schedulable_findings(resources, FACTS, partial())
+    assert violations(found) == [] and ends(found) == [
+        "NodePool 'gpu' boots EC2NodeClass 'gpu' (spec.template.spec.nodeClassRef.name), which is not in this plan: "
+        "could not check that its root volume holds the ephemeral storage of pod ScaledJob gb/slides 52Gi"]
+    assert rule.schedulable_findings(resources, FACTS, partial(nodeClassRootVolumeGiB={"gpu": 100})) == []
+    (_u, message), = rule.schedulable_findings(resources, FACTS, partial(nodeClassRootVolumeGiB={"gpu": 20}))
+    assert "requests 52Gi ephemeral-storage" in message and "17Gi ephemeral-storage" in message
+    assert rule.schedulable_findings(resources, FACTS)[0][1].startswith("Pending forever")  # whole: 20 GiB assumed

@@ -216,3 +216,60 @@ def test_device_plugin_chart_versions(run_rule, samples, version, bad):
     assert bool(messages) == bad, messages
     if bad:
         assert "#1550" in messages[0] and f"use '{catalogue.NVIDIA_DEVICE_PLUGIN_VERSION}'" in messages[0]
+
+
+# -- partial plans: the Karpenter and KEDA another stack runs --------------------------------------------------------
+
+def partial(**facts):
+    from policies.facts import Fact, Scope
+
+    return Scope(False, "the plan declares no gpuburst:index:GpuBurstPlatform",
+                 {k: Fact(v, f"policy config {k}") for k, v in facts.items()})
+
+
+def as_res(samples, *resources):
+    from tests.policies.fragments import as_res as to_res
+
+    return to_res(samples.plan(*resources))
+
+
+def test_running_versions_are_the_charts_the_fact_or_the_pin_said_once(samples):
+    from policies.outside import Outside
+
+    chart = as_res(samples, (samples.T_CHART, samples.chart("keda", REJECTING_KEDA)))
+    assert rule.running_versions(chart, rule.KEDA, partial(kedaVersion=KEDA_PIN), "u")[0] == [REJECTING_KEDA]
+    assert rule.running_versions([], rule.KEDA, partial(kedaVersion=REJECTING_KEDA), "u") == ([REJECTING_KEDA], [], [])
+    versions, _unknown, (said,) = rule.running_versions([], rule.KEDA, partial(), "u")
+    assert versions == [KEDA_PIN] and isinstance(said, Outside) and said.keys == ("kedaVersion",)
+    assert said.message == f"KEDA is not in this plan (no keda chart): its version is not known here, so the rules " \
+                           f"judge against the catalogue's pin KEDA {KEDA_PIN}"
+    _v, _u, (refused,) = rule.running_versions([], rule.KARPENTER, partial(karpenterVersion=BROKEN[0]), "u")
+    assert refused[0] == "u" and refused[1].startswith(f"karpenterVersion = '{BROKEN[0]}' (policy config "
+                                                       "karpenterVersion): ")
+
+
+def test_in_a_partial_plan_the_strategy_and_range_follow_the_existing_versions(samples):
+    job = as_res(samples, (samples.T_SCALEDJOB, "slides", sj_with_strategy(samples, REJECTED_STRATEGY)))
+    assert [f for f in rule.strategy_findings(job, partial()) if isinstance(f, tuple)] == []
+    (found,) = rule.strategy_findings(job, partial(kedaVersion=REJECTING_KEDA))
+    assert REJECTING_KEDA in found[1] and found[0].endswith("::slides")
+    old = catalogue.KARPENTER_MINIMUM
+    cluster = as_res(samples, (samples.T_EKS, "cluster", samples.cluster()))
+    assert any(f"karpenter {old}" in m for _u, m in rule.kubernetes_findings(
+        cluster, partial(karpenterVersion=old, kedaVersion=KEDA_PIN)))
+
+
+def test_in_a_partial_plan_a_karpenter_crd_chart_is_paired_with_the_existing_karpenter(samples):
+    from policies.outside import Outside
+
+    crd = as_res(samples, (samples.T_CHART, "karpenter-crd", samples.chart("karpenter-crd", PIN)))
+    (said,) = rule.pair_findings(crd, partial())
+    assert isinstance(said, Outside) and said.urn.endswith("::karpenter-crd")
+    assert rule.pair_findings(crd, partial(karpenterVersion=PIN)) == []
+    (urn, message), = rule.pair_findings(crd, partial(karpenterVersion=catalogue.KARPENTER_MINIMUM))
+    assert urn.endswith("::karpenter-crd") and f"but karpenter is at '{catalogue.KARPENTER_MINIMUM}' (policy config " \
+                                               "karpenterVersion)" in message
+    pool = as_res(samples, (samples.T_NODEPOOL, samples.gpu_nodepool()))
+    assert rule.pair_findings(pool, partial()) == []  # a NodePool alone: nothing to pair, nothing said
+    (urn, message), = rule.pair_findings(pool, partial(karpenterVersion=BROKEN[0]))
+    assert "swapped the AL2023 NVIDIA and Neuron AMI variants" in message and "::kubernetes:karpenter.sh" in urn

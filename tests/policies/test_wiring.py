@@ -285,3 +285,57 @@ def test_a_preview_plan_over_grpc_uses_the_engine_dependencies(analyze, samples,
     found = analyze(doc).by_policy(rule.KEDA_AUTH_NAME)
     assert len(found) == expected, [d.message for d in found]
     assert all(d.level == "MANDATORY" and "not computed from the KEDA operator's role" in d.message for d in found)
+
+
+# -- partial plans: an end in another stack is an Outside, a mismatch inside stays a violation ------------------------
+
+def partial(**facts):
+    from policies.facts import Fact, Scope
+
+    return Scope(False, "the plan declares no gpuburst:index:GpuBurstPlatform",
+                 {k: Fact(v, f"policy config {k}") for k, v in facts.items()})
+
+
+def split(found):
+    from policies.outside import Outside
+
+    return [f for f in found if not isinstance(f, Outside)], [f.message for f in found if isinstance(f, Outside)]
+
+
+def test_in_a_partial_plan_an_association_for_another_stacks_namespace_is_an_outside():
+    resources = world(karpenter=[], charts=[world()[1]])  # Karpenter is not in the plan
+    assert any("karpenter" in m for _u, m in rule.pod_identity_findings(resources))  # whole: missing
+    violations, ends = split(rule.pod_identity_findings(resources, partial()))
+    assert violations == []
+    assert ends == ["PodIdentityAssociation karpenter-assoc names ServiceAccount kube-system/karpenter, which is not "
+                    "in this plan: could not check that it exists and that a pod runs as it (this plan creates no "
+                    "ServiceAccount in namespace kube-system)"]
+
+
+def test_in_a_partial_plan_a_name_the_plan_owns_the_namespace_of_is_still_a_mismatch():
+    resources = replaced(world(), "slides-assoc", assoc("gb", "slides-wrker", "arn:s"))
+    violations, ends = split(rule.pod_identity_findings(resources, partial()))
+    assert ends == [] and any("names ServiceAccount gb/slides-wrker, which no resource creates (the plan creates "
+                              "slides-worker, studies-worker there)" in m for _u, m in violations), violations
+
+
+def test_in_a_partial_plan_the_scaler_role_is_checked_against_the_existing_operator_role():
+    resources = world(keda=[], charts=[world()[0]])
+    resources = [r for r in resources if r.name != "keda-assoc"]
+    assert "the plan has no KEDA operator" in rule.keda_auth_findings(resources)[0][1]  # whole
+    violations, ends = split(rule.keda_auth_findings(resources, partial()))
+    assert violations == [] and ends == ["TriggerAuthentication gb/slides-sqs-auth makes KEDA assume role "
+                                         "slides-scaler-role, but the KEDA operator is not in this plan: could not "
+                                         "check that the role trusts the operator's role"]
+    assert rule.keda_auth_findings(resources, partial(kedaOperatorRoleArn=OPERATOR_ARN)) == []
+    (urn, message), = rule.keda_auth_findings(resources, partial(kedaOperatorRoleArn=f"arn:aws:iam::{ACCOUNT}:role/x"))
+    assert urn.endswith("TriggerAuthentication::slides-ta") and "(policy config kedaOperatorRoleArn; it trusts " \
+        f"['{OPERATOR_ARN}'])" in message
+
+
+def test_in_a_partial_plan_a_trigger_authentication_elsewhere_is_an_outside():
+    resources = world(keda_auth=[])
+    violations, ends = split(rule.keda_auth_findings(resources, partial()))
+    assert violations == [] and ends == ["ScaledJob gb/slides spec.triggers[0].authenticationRef names "
+                                         "TriggerAuthentication gb/slides-sqs-auth, which is not in this plan: could "
+                                         "not check that it exists or which role it makes KEDA assume"]
