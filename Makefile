@@ -4,7 +4,7 @@ VENV ?= .venv
 CHECKOV_VENV ?= .venv-checkov
 PY := $(VENV)/bin/python
 
-.PHONY: demo test synth check charts worker-demo bench clean
+.PHONY: demo test synth check charts worker-demo bench wheel clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.txt worker/requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ charts: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) -m worker bench --quick
+
+## wheel: the one distribution (components as gpuburst, the pack as gpuburst.policy, the worker recipe) into .whl/
+wheel: $(VENV)/.installed
+	rm -rf build .whl/gpuburst-*.whl  # setuptools reuses build/lib: a module deleted here would linger in the wheel
+	$(PY) -m pip wheel -q --no-deps -w .whl .
 
 clean:
 	rm -rf out .pytest_cache

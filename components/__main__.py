@@ -1,8 +1,10 @@
 """Command line of the components: `synth` (offline plan), `charts pull` (chart cache), `verify` (live checks),
-`plan-burst` (burst model)."""
+`plan-burst` (burst model), `check` (the policy pack over a plan) and `policy-pack path` (the pack's folder)."""
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -165,18 +167,106 @@ def _plan_burst(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"synth": _synth, "charts": _charts, "verify": _verify, "plan-burst": _plan_burst}
+POLICY_EXTRA = 'pip install "gpuburst[policy]"'
+"""How to get the policy pack's runtime (pulumi-policy) beside the components."""
+
+
+def _pack_package() -> str:
+    """The policy pack beside these components: `gpuburst.policy` installed (the editable install maps it to
+    policies/ too), `policies` when this runs as `python -m components` in the repository."""
+    return "policies" if (__package__ or "components") == "components" else f"{__package__}.policy"
+
+
+def _pack_dir() -> Path:
+    """The pack's folder (its PulumiPolicy.yaml and __main__.py), found without importing the pack."""
+    package = _pack_package()
+    if package == "policies":
+        return Path(__file__).resolve().parent.parent / "policies"
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"policy-pack: {package} is not installed beside {__package__}: reinstall gpuburst")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def _import_pack(module: str):
+    package = _pack_package()
+    if package == "policies":
+        root = str(Path(__file__).resolve().parent.parent)
+        if root not in sys.path:  # `python -m components` from elsewhere, with the repository on PYTHONPATH
+            sys.path.insert(0, root)
+    return importlib.import_module(f"{package}.{module}")
+
+
+def _check(argv: list[str]) -> int:
+    """`check PLAN [--config CONFIG]`: the pack's offline checker (policies/cli.py), under this command's name."""
+    asks_help = not argv or argv[0] in ("-h", "--help", "help")
+    if not asks_help and importlib.util.find_spec("pulumi_policy") is None:
+        print(f"check: the policy pack needs pulumi-policy, which is not installed here: {POLICY_EXTRA}",
+              file=sys.stderr)
+        return 2
+    return _import_pack("cli").main(["check", *argv], prog=f"{PROG} check", label="check")
+
+
+def pack_python_warning(pack_dir: Path, prefix: str | None = None) -> str | None:
+    """One line when the Pulumi CLI could not run the pack in `pack_dir` with this environment's Python (`prefix`,
+    default sys.prefix), else None. The CLI runs `<virtualenv>/bin/python` (the path taken relative to the pack's
+    folder) or, with no `virtualenv`, `python3` from PATH; setup.py writes the installed copy's `virtualenv`."""
+    import yaml
+
+    here = Path(prefix if prefix is not None else sys.prefix).resolve()
+    manifest = pack_dir / "PulumiPolicy.yaml"
+    try:
+        doc = yaml.safe_load(manifest.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        return f"warning: cannot read {manifest}: {e}"
+    runtime = doc.get("runtime") if isinstance(doc, dict) else None
+    options = runtime.get("options") if isinstance(runtime, dict) else None
+    virtualenv = options.get("virtualenv") if isinstance(options, dict) else None
+    if not virtualenv:
+        return (f"warning: {manifest} names no virtualenv, so the Pulumi CLI runs the pack with python3 from PATH: "
+                f"activate this environment ({here}) first")
+    venv = (pack_dir / str(virtualenv)).resolve()
+    if venv != here:
+        return (f"warning: {manifest} has virtualenv {virtualenv!r} = {venv}, not this environment ({here}): the "
+                f"Pulumi CLI would run the pack there (install gpuburst into a virtualenv)")
+    if not (venv / "bin" / "python").is_file():
+        return f"warning: {venv} has no bin/python, which the Pulumi CLI runs the pack with"
+    if importlib.util.find_spec("pulumi_policy") is None:
+        return f"warning: pulumi-policy is not installed here, and the pack needs it: {POLICY_EXTRA}"
+    return None
+
+
+def _policy_pack(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} policy-pack",
+        description="`path`: print the policy pack's folder (its PulumiPolicy.yaml and __main__.py) for "
+                    "`pulumi preview --policy-pack \"$(gpuburst policy-pack path)\"`; a one-line warning on stderr "
+                    "when the Pulumi CLI could not run it with this environment's Python.")
+    parser.add_argument("action", choices=["path"])
+    parser.parse_args(argv)
+    pack_dir = _pack_dir()
+    warning = pack_python_warning(pack_dir)
+    if warning:
+        print(f"policy-pack: {warning}", file=sys.stderr)
+    print(pack_dir)
+    return 0
+
+
+COMMANDS = {"synth": _synth, "charts": _charts, "verify": _verify, "plan-burst": _plan_burst, "check": _check,
+            "policy-pack": _policy_pack}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print(f"usage: {PROG} {{synth,charts,verify,plan-burst}} [options]\n\n"
+        print(f"usage: {PROG} {{synth,charts,verify,plan-burst,check,policy-pack}} [options]\n\n"
               "  synth   render the whole stack offline under Pulumi mocks (out/plan.json, out/manifests/)\n"
               "  charts  `charts pull`: fill the chart cache with the pinned Helm charts (online)\n"
               "  verify  post-upgrade checks against the live cluster and AWS (exit 1 on any failure)\n"
               "  plan-burst  model a burst or a trace: time to first/last result, latency and cost, ScaledJob vs "
-              "consumer\n\n"
+              "consumer\n"
+              "  check   run the policy pack over a synth's plan.json offline (exit 1 on a mandatory violation)\n"
+              "  policy-pack  `policy-pack path`: the pack's folder, for `pulumi preview --policy-pack`\n\n"
               f"Run `{PROG} COMMAND --help` for a command's options.",
               file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2

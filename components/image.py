@@ -21,6 +21,7 @@ import pulumi_aws as aws
 import pulumi_docker_build as docker_build
 
 from .catalogue import WORKER_BASE_IMAGE
+from .recipe import DOCKERFILE, WORKER_DIR, default_context, is_copied
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 
 WORKER_PLATFORM = "linux/amd64"
@@ -33,8 +34,6 @@ build rewrites it."""
 TAG_PREFIX = "src-"
 """Prefix of derived tags: `src-` + the first 16 hex digits of `source_digest`."""
 
-_SKIP_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git", ".venv", "node_modules"})
-_SKIP_SUFFIXES = (".pyc", ".pyo")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REPO = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 
@@ -43,12 +42,13 @@ _REPO = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+
 class WorkerImageArgs:
     """Inputs of a WorkerImage."""
 
-    context: str = "."
-    """Build context directory (the repository root), relative to the Pulumi program's working directory or
-    absolute. Default `.`."""
-    dockerfile: str = "worker/Dockerfile"
+    context: str = field(default_factory=default_context)
+    """Build context directory, relative to the Pulumi program's working directory or absolute. Default: the packaged
+    recipe (`recipe.worker_recipe_dir()`): `gpuburst/recipe` installed, the repository root in this repository
+    (written `.` when the program runs there). A lab that builds its own image passes its own folder."""
+    dockerfile: str = DOCKERFILE
     """Dockerfile path relative to `context`. Default `worker/Dockerfile`."""
-    source_paths: list[str] = field(default_factory=lambda: ["worker"])
+    source_paths: list[str] = field(default_factory=lambda: [WORKER_DIR])
     """Files or directories (relative to `context`) whose contents, with the Dockerfile, make the derived tag.
     Default `["worker"]`: everything the Dockerfile copies must be listed here, or a change to it would not change
     the tag (and the push of a different image under an existing immutable tag would fail)."""
@@ -95,9 +95,9 @@ def _files(path: Path) -> Iterable[Path]:
         yield path
         return
     for dirpath, dirnames, filenames in os.walk(path):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        dirnames[:] = sorted(d for d in dirnames if is_copied(d, is_dir=True))
         for f in sorted(filenames):
-            if not f.endswith(_SKIP_SUFFIXES):
+            if is_copied(f, is_dir=False):
                 yield Path(dirpath) / f
 
 
@@ -105,9 +105,10 @@ def source_digest(paths: Iterable[str | os.PathLike], *, root: str | os.PathLike
                   extra: Mapping[str, str] | None = None) -> str:
     """SHA-256 (hex) of the files under `paths`: their paths relative to `root`, executable bits and contents.
 
-    Directories are walked recursively (caches and `.pyc` files skipped); the order of `paths` and where the
-    checkout lives do not matter. `extra` (e.g. build args, platform) is hashed too, so a new base image makes a
-    new digest even when no file changed. Raises FileNotFoundError for a path that does not exist.
+    Directories are walked recursively (caches and `.pyc` files skipped by `recipe.is_copied`, the filter the
+    wheel's copy of worker/ uses too); the order of `paths` and where the checkout (or the installed recipe) lives
+    do not matter. `extra` (e.g. build args, platform) is hashed too, so a new base image makes a new digest even
+    when no file changed. Raises FileNotFoundError for a path that does not exist.
     """
     base = Path(root) if root is not None else Path.cwd()
     entries: dict[str, tuple[bool, str]] = {}

@@ -2,7 +2,8 @@
 
 Prints one line per diagnostic, `LEVEL policy-name urn: message`, then a summary line. Exit status: 0 when no
 mandatory violation, 1 when there is at least one, 2 when the check could not run (unreadable or ill-shaped plan or
-config, or a pack that failed to start or answer), with a one-line message on stderr.
+config, or a pack that failed to start or answer), with a one-line message on stderr. Installed, the same checker
+is `gpuburst check` (components/__main__.py passes its own name) or `python -m gpuburst.policy check`.
 """
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-USAGE = """usage: python -m policies check PLAN.json [--config CONFIG.json]
+PROG = f"python -m {__package__ or 'policies'} check"
+"""How the checker is called by default: `python -m policies check` here, `python -m gpuburst.policy check`
+installed."""
+
+USAGE = """usage: {prog} PLAN.json [--config CONFIG.json]
 
 Run the gpuburst policy pack over PLAN.json (the synth's out/plan.json) exactly as the Pulumi engine would: the
 pack runs as a subprocess and is driven over the analyzer gRPC protocol. CONFIG.json has the shape
@@ -22,18 +27,23 @@ Exit status: 0 no mandatory violation, 1 mandatory violation(s), 2 the check cou
 
 
 class _Parser(argparse.ArgumentParser):
+    label = "policies check"
+    """What each error line starts with."""
+
     def error(self, message: str) -> None:  # one line and exit 2, like every other input error
-        print(f"policies check: {message} (see python -m policies --help)", file=sys.stderr)
+        print(f"{self.label}: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`argv` starts with `check` (or a help flag), as dispatched by policies/__main__.py."""
+def main(argv: list[str] | None = None, prog: str = PROG, label: str = "policies check") -> int:
+    """`argv` starts with `check` (or a help flag), as dispatched by policies/__main__.py. `prog` is how the user
+    called the checker (usage and hints; `gpuburst check` passes its own) and `label` starts each error line."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help") or argv[1:2] in (["-h"], ["--help"]):
-        print(USAGE)
+        print(USAGE.replace("{prog}", prog))
         return 0
-    parser = _Parser(prog="python -m policies check", add_help=False)
+    parser = _Parser(prog=prog, add_help=False)
+    parser.label = label
     parser.add_argument("plan", type=Path)
     parser.add_argument("--config", type=Path, default=None)
     args = parser.parse_args(argv[1:])
@@ -47,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config) if args.config is not None else {}
         report = check(plan, config)
     except HarnessError as e:
-        print(f"policies check: {e}", file=sys.stderr)
+        print(f"{label}: {e}", file=sys.stderr)
         return 2
     for diagnostic in report.diagnostics:
         print(diagnostic.line())

@@ -34,7 +34,10 @@ def worker_images(resources: list[Res]) -> list[Res]:
         if r.type != IMAGE:
             continue
         location = dig(r.props, "dockerfile", "location").value
-        if isinstance(location, str) and posixpath.dirname(posixpath.normpath(location)) == WORKER_DIR:
+        # `worker/Dockerfile` under this repository's context; `<site-packages>/gpuburst/recipe/worker/Dockerfile`
+        # when the platform is declared from an installed gpuburst.
+        folder = posixpath.dirname(posixpath.normpath(location)) if isinstance(location, str) else None
+        if folder is not None and (folder == WORKER_DIR or folder.endswith("/" + WORKER_DIR)):
             out.append(r)
     return out
 

@@ -1,6 +1,7 @@
 """Drive the policy pack over the real analyzer gRPC protocol, the way the Pulumi engine does, without the CLI.
 
-`Pack` starts the pack as a subprocess (`python -u -m policies`, no arguments, so it serves), reads the port it
+`Pack` starts the pack as a subprocess (`python -u -m policies`, no arguments, so it serves; installed,
+`python -u -P -m gpuburst.policy`), reads the port it
 prints (with a timeout), connects `pulumi.runtime.proto.analyzer_pb2_grpc.AnalyzerStub`, and then for a plan:
 
 1. `Handshake` (pulumi-policy answers UNIMPLEMENTED, which the engine tolerates too), `GetAnalyzerInfo`;
@@ -34,8 +35,12 @@ from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 from ._components import PLAN_UNKNOWN
 from .unknowns import SENTINELS, UNKNOWN_STRING
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-"""Where `python -m policies` finds both `policies` and `components`."""
+PACK_MODULE = __name__.rpartition(".")[0] or "policies"
+"""The pack's package: `policies` in this repository, `gpuburst.policy` once installed."""
+REPO_ROOT = Path(sys.modules[PACK_MODULE.split(".")[0]].__path__[0]).resolve().parent
+"""The folder the pack's top-level package is imported from: this repository's root, where `python -m policies` finds
+both `policies` and `components`; installed, site-packages (and for `gpuburst` from the editable install, this
+repository's root again)."""
 
 START_TIMEOUT_S = 60.0
 """How long the pack may take to print its port (it imports grpc, pulumi and the catalogue first)."""
@@ -282,8 +287,11 @@ def _diagnostic(d: analyzer_pb2.AnalyzeDiagnostic, urn: str) -> Diagnostic:
 # --------------------------------------------------------------------------------------------------------------------
 
 def pack_command() -> list[str]:
-    """How to start the pack: this interpreter, `-m policies`, no arguments (so __main__ serves the pack)."""
-    return [sys.executable, "-u", "-m", "policies"]
+    """How to start the pack: this interpreter, `-m policies` (installed: `-P -m gpuburst.policy`, `-P` so that the
+    working folder is not put first on sys.path, wherever it is), no arguments (so __main__ serves the pack)."""
+    if PACK_MODULE == "policies":
+        return [sys.executable, "-u", "-m", PACK_MODULE]
+    return [sys.executable, "-u", "-P", "-m", PACK_MODULE]
 
 
 class Pack:
@@ -292,7 +300,8 @@ class Pack:
     def __init__(self, command: list[str] | None = None, cwd: Path = REPO_ROOT,
                  start_timeout_s: float = START_TIMEOUT_S, rpc_timeout_s: float = RPC_TIMEOUT_S,
                  stop_timeout_s: float = STOP_TIMEOUT_S, env: dict[str, str] | None = None) -> None:
-        """`env`: the subprocess's whole environment; default: this one with the repository root on PYTHONPATH."""
+        """`env`: the subprocess's whole environment; default: this one, with the repository root on PYTHONPATH when
+        the pack is the repository's `policies` (the installed `gpuburst.policy` imports as it is)."""
         self.command = command or pack_command()
         self.env = env
         self.cwd = Path(cwd)
@@ -335,8 +344,9 @@ class Pack:
         env = self.env
         if env is None:
             env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
-                                                                    else []))
+            if PACK_MODULE == "policies":
+                env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                                                                        else []))
             env["PYTHONUNBUFFERED"] = "1"
         self._stderr = tempfile.TemporaryFile()
         try:

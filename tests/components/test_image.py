@@ -1,4 +1,5 @@
-"""WorkerImage: `source_digest`, the lifecycle policy, the validation table, and the repo + build under mocks."""
+"""WorkerImage: `source_digest`, the lifecycle policy, the validation table, the repo + build under mocks, and the
+default build context (the packaged recipe, components/recipe.py)."""
 from __future__ import annotations
 
 import json
@@ -10,13 +11,14 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from components import catalogue
+from components import catalogue, recipe
 from components import image as im
 from components.image import WorkerImage, WorkerImageArgs
 from components.spec.validation import ConfigError
 from components.synth.mocks import FAKE_ACCOUNT, RealisticMocks, run_under_mocks
 
 REPO_URL_PREFIX = f"{FAKE_ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Mocks(RealisticMocks):
@@ -229,12 +231,79 @@ def test_image_ref_is_repository_at_digest(context):
     assert all(r.parent == comp.urn for r in res.registrations if r is not comp)
 
 
-def test_relative_default_paths_resolve_from_the_working_directory(context, monkeypatch):
+def test_relative_paths_resolve_from_the_working_directory(context, monkeypatch):
     monkeypatch.chdir(context)
+    res = _run(WorkerImageArgs(context="."))
+    (img,) = res.monitor.by_type("docker-build:index:Image")
+    assert img.properties["context"] == {"location": "."}
+    assert img.properties["dockerfile"] == {"location": os.path.join("worker", "Dockerfile")}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The default context: the packaged recipe (components/recipe.py)
+# --------------------------------------------------------------------------------------------------------------------
+
+def test_from_the_repository_root_the_default_context_is_dot_as_before(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert WorkerImageArgs().context == "."
     res = _run(WorkerImageArgs())
     (img,) = res.monitor.by_type("docker-build:index:Image")
     assert img.properties["context"] == {"location": "."}
     assert img.properties["dockerfile"] == {"location": os.path.join("worker", "Dockerfile")}
+
+
+def test_from_another_project_the_default_context_is_the_recipe_not_the_working_folder(tmp_path, monkeypatch):
+    # What the platform's WorkerImageArgs(tags=...) meets in another project: no worker/ under the working folder.
+    monkeypatch.chdir(tmp_path)
+    args = WorkerImageArgs()
+    assert Path(args.context) == recipe.worker_recipe_dir() == ROOT  # this repository (the editable install)
+    im.validate_args(args)
+    res = _run(args)
+    (img,) = res.monitor.by_type("docker-build:index:Image")
+    assert img.properties["dockerfile"] == {"location": str(ROOT / "worker" / "Dockerfile")}
+    assert im.derived_tag(args) == im.derived_tag(WorkerImageArgs(context=str(ROOT)))
+
+
+def _fake_package(tmp_path: Path, *, installed: bool, repository: bool) -> Path:
+    package = tmp_path / "site" / "gpuburst"
+    package.mkdir(parents=True)
+    for where, present in ((package / "recipe", installed), (package.parent, repository)):
+        if present:
+            (where / "worker").mkdir(parents=True, exist_ok=True)
+            (where / "worker" / "Dockerfile").write_text("FROM scratch\n")
+    return package
+
+
+@pytest.mark.parametrize("installed,repository,expected", [
+    (True, True, "site/gpuburst/recipe"), (True, False, "site/gpuburst/recipe"), (False, True, "site"),
+    (False, False, "site/gpuburst/recipe")])
+def test_the_installed_recipe_wins_then_the_repository_root(tmp_path, installed, repository, expected):
+    package = _fake_package(tmp_path, installed=installed, repository=repository)
+    assert recipe.worker_recipe_dir(package) == tmp_path / expected
+
+
+def test_the_default_context_is_relative_below_the_working_folder_else_absolute(tmp_path, monkeypatch):
+    package = _fake_package(tmp_path, installed=True, repository=False)
+    monkeypatch.chdir(tmp_path)
+    assert recipe.default_context(package) == "site/gpuburst/recipe"
+    monkeypatch.chdir(package / "recipe")
+    assert recipe.default_context(package) == "."
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert recipe.default_context(package) == str((package / "recipe").resolve())
+
+
+def test_a_broken_install_names_where_the_recipe_was_expected(tmp_path):
+    package = _fake_package(tmp_path, installed=False, repository=False)
+    with pytest.raises(ConfigError) as e:
+        im.validate_args(WorkerImageArgs(context=recipe.default_context(package)))
+    assert str(e.value).startswith(f"context: {str(package / 'recipe')!r} is not valid: ")
+
+
+def test_the_digest_filter_is_the_recipe_copy_filter():
+    assert recipe.is_copied("worker", is_dir=True) and not recipe.is_copied("__pycache__", is_dir=True)
+    assert recipe.is_copied("Dockerfile", is_dir=False) and not recipe.is_copied("x.pyc", is_dir=False)
 
 
 def test_a_missing_dockerfile_stops_the_program(context):

@@ -1,10 +1,15 @@
-"""The package surface: every public name resolves, and the runtime pins agree with requirements.txt."""
+"""The package surface: every public name resolves, the runtime pins agree with requirements.txt, and the wheel's
+layout (the pack as gpuburst.policy, the `policy` extra, the console script, setup.py's recipe and pack yaml)."""
+import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 import components
 
@@ -65,6 +70,10 @@ def test_a_package_pinned_in_several_files_has_one_version():
     assert {"pulumi", "torch", "boto3"} <= set(seen)
 
 
+GIT_PIN = re.compile(r"^[A-Za-z0-9_.\-]+(\[[A-Za-z0-9_,\-]+\])? @ git\+\S+@[^@/\s]+$")
+"""A direct reference pinned to a tag or commit, the way another repository installs gpuburst itself (README)."""
+
+
 def test_every_requirement_is_pinned_exactly():
     for f in ROOT.glob("**/requirements*.txt"):
         if any(part.startswith(".venv") for part in f.parts):
@@ -72,7 +81,10 @@ def test_every_requirement_is_pinned_exactly():
         for line in f.read_text().splitlines():
             line = line.split("#")[0].strip()
             if line and not line.startswith("-r"):
-                assert "==" in line, f"{f.relative_to(ROOT)}: {line!r} is not pinned with =="
+                assert "==" in line or GIT_PIN.match(line), \
+                    f"{f.relative_to(ROOT)}: {line!r} is not pinned with == (or to a git tag or commit)"
+    assert GIT_PIN.match("gpuburst[policy] @ git+https://github.com/example-org/gpuburst@v0.1.0")
+    assert not GIT_PIN.match("gpuburst[policy] @ git+https://github.com/example-org/gpuburst")
 
 
 def test_readme_import_example_runs_under_mocks():
@@ -92,11 +104,89 @@ def test_readme_import_example_runs_under_mocks():
     assert "sqs" in json.loads(out.stdout.strip().splitlines()[-1])["queueUrl"]
 
 
-def test_every_room_of_the_components_is_in_the_wheel():
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    rooms = {".".join(("gpuburst", *p.parent.relative_to(ROOT / "components").parts))
-             for p in (ROOT / "components").rglob("__init__.py")}
-    assert rooms == listed, f"pyproject.toml packages {sorted(listed)} != packages under components/ {sorted(rooms)}"
+def test_every_room_of_the_components_and_the_pack_is_in_the_wheel():
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    rooms = {".".join((name, *p.parent.relative_to(ROOT / folder).parts))
+             for name, folder in (("gpuburst", "components"), ("gpuburst.policy", "policies"))
+             for p in (ROOT / folder).rglob("__init__.py")}
+    assert rooms == listed, (f"pyproject.toml packages {sorted(listed)} != packages under components/ and policies/ "
+                             f"{sorted(rooms)}")
+    assert setuptools["package-dir"] == {"gpuburst": "components", "gpuburst.policy": "policies"}
+    assert {"PulumiPolicy.yaml", "requirements.txt"} <= set(setuptools["package-data"]["gpuburst.policy"])
+
+
+def test_the_policy_extra_pins_what_the_pack_needs():
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["policy"]
+    pack = _pins(ROOT / "policies" / "requirements.txt")
+    program = _pins(ROOT / "requirements.txt")
+    # The extra adds what the pack needs beyond the components' own dependencies (pulumi is one of those).
+    assert {name: version for name, version in pack.items() if name not in program} == _pins_of(extra)
+    assert _pins_of(extra) == {"pulumi-policy": "1.21.0"}
+
+
+def _pins_of(requirements: list[str]) -> dict[str, str]:
+    return {r.split("==")[0].split("[")[0].lower(): r.split("==")[1] for r in requirements}
+
+
+def test_the_console_script_is_the_module_entry_point():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"gpuburst": "gpuburst.__main__:main"}
+    from components import __main__ as entry
+
+    assert callable(entry.main)
+
+
+def _setup_module():
+    spec = importlib.util.spec_from_file_location("gpuburst_setup", ROOT / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # __name__ is not "__main__": setup() does not run
+    return module
+
+
+def test_the_installed_pack_yaml_points_five_folders_up_at_the_environment(tmp_path):
+    import yaml
+
+    setup = _setup_module()
+    installed = setup.installed_policy_yaml((ROOT / "policies" / "PulumiPolicy.yaml").read_text())
+    doc = yaml.safe_load(installed)
+    assert doc["runtime"]["name"] == "python"
+    virtualenv = doc["runtime"]["options"]["virtualenv"]
+    pack = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "gpuburst" / "policy"
+    pack.mkdir(parents=True)
+    assert (pack / virtualenv).resolve() == (tmp_path / "venv").resolve()
+    # Everything else of the repository's file is kept.
+    repo = yaml.safe_load((ROOT / "policies" / "PulumiPolicy.yaml").read_text())
+    repo["runtime"]["options"]["virtualenv"] = virtualenv
+    assert doc == repo
+    with pytest.raises(ValueError, match="virtualenv"):
+        setup.installed_policy_yaml("runtime: python\n")
+
+
+def test_the_recipe_copy_keeps_what_the_digest_hashes(tmp_path):
+    from components import image
+
+    setup = _setup_module()
+    source = tmp_path / "src" / "worker"
+    (source / "pkg" / "__pycache__").mkdir(parents=True)
+    (source / "Dockerfile").write_text("FROM scratch\n")
+    (source / "run.sh").write_text("#!/bin/sh\n")
+    (source / "run.sh").chmod(0o755)
+    (source / "pkg" / "m.py").write_text("X = 1\n")
+    (source / "pkg" / "m.pyc").write_bytes(b"\0")
+    (source / "pkg" / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0")
+    target = tmp_path / "recipe" / "worker"
+    (target / "stale").mkdir(parents=True)
+    written = setup.copy_recipe(source, target)
+    assert sorted(Path(w).relative_to(target).as_posix() for w in written) == ["Dockerfile", "pkg/m.py", "run.sh"]
+    assert not (target / "stale").exists() and os.access(target / "run.sh", os.X_OK)
+    assert (image.source_digest(["worker"], root=tmp_path / "src")
+            == image.source_digest(["worker"], root=tmp_path / "recipe"))
+
+
+def test_the_sdist_carries_the_worker_recipe():
+    manifest = (ROOT / "MANIFEST.in").read_text()
+    assert "graft worker" in manifest and "policies/PulumiPolicy.yaml" in manifest
 
 
 def test_the_command_line_names_itself_as_it_was_called(tmp_path):
@@ -110,3 +200,48 @@ def test_the_command_line_names_itself_as_it_was_called(tmp_path):
         verify = subprocess.run([sys.executable, "-m", package, "verify", "--help"], cwd=cwd, capture_output=True,
                                 text=True, timeout=60)
         assert verify.stdout.startswith(f"usage: python -m {package} verify"), verify.stdout[:200]
+
+
+def test_check_and_policy_pack_path_in_the_repository(tmp_path):
+    for package, cwd in (("components", ROOT), ("gpuburst", tmp_path)):
+        path = subprocess.run([sys.executable, "-m", package, "policy-pack", "path"], cwd=cwd, capture_output=True,
+                              text=True, timeout=60)
+        assert path.returncode == 0, path.stderr
+        assert Path(path.stdout.strip()) == ROOT / "policies"
+        helped = subprocess.run([sys.executable, "-m", package, "check", "--help"], cwd=cwd, capture_output=True,
+                                text=True, timeout=60)
+        assert helped.stdout.startswith(f"usage: python -m {package} check PLAN.json"), helped.stdout[:200]
+
+
+def test_check_delegates_to_the_pack_under_its_own_name(tmp_path, capsys):
+    from components import __main__ as entry
+
+    assert entry.main(["check", str(tmp_path / "absent.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("check: cannot read plan"), err
+
+
+def test_check_without_pulumi_policy_says_how_to_get_it(monkeypatch, capsys):
+    from components import __main__ as entry
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(entry.importlib.util, "find_spec", lambda n, *a: None if n == "pulumi_policy" else real(n, *a))
+    assert entry.main(["check", "plan.json"]) == 2
+    assert capsys.readouterr().err.strip() == ('check: the policy pack needs pulumi-policy, which is not installed '
+                                               'here: pip install "gpuburst[policy]"')
+
+
+def test_the_pack_python_warning(tmp_path):
+    from components.__main__ import pack_python_warning
+
+    pack = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "gpuburst" / "policy"
+    pack.mkdir(parents=True)
+    (tmp_path / "venv" / "bin").mkdir()
+    (tmp_path / "venv" / "bin" / "python").write_text("")
+    yaml_file = pack / "PulumiPolicy.yaml"
+    yaml_file.write_text("runtime:\n  name: python\n  options:\n    virtualenv: ../../../../..\n")
+    assert pack_python_warning(pack, prefix=str(tmp_path / "venv")) is None
+    assert "not this environment" in pack_python_warning(pack, prefix=str(tmp_path / "other"))
+    yaml_file.write_text("runtime: python\n")
+    assert "names no virtualenv" in pack_python_warning(pack, prefix=str(tmp_path / "venv"))
+    assert pack_python_warning(ROOT / "policies", prefix=str(ROOT / ".venv")) is None

@@ -32,3 +32,17 @@ def test_exit_codes_in_process(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("MANDATORY sqs-work-queue urn:pulumi:dev::gpuburst::aws:sqs/queue:Queue::queue-0: ")
     assert cli.main(["check", str(tmp_path / "nope.json")]) == 2
+
+
+def test_the_caller_names_the_command_in_usage_and_errors(capsys):
+    # `gpuburst check` (components/__main__.py) hands the checker its own name.
+    assert cli.main(["check", "--help"], prog="gpuburst check", label="check") == 0
+    assert capsys.readouterr().out.startswith("usage: gpuburst check PLAN.json [--config CONFIG.json]")
+    with pytest.raises(SystemExit):
+        cli.main(["check"], prog="gpuburst check", label="check")
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("check: ") and "(see gpuburst check --help)" in err
+
+
+def test_the_default_name_is_the_package_it_was_imported_as():
+    assert cli.PROG == "python -m policies check"

@@ -84,6 +84,13 @@ def test_no_worker_image_no_finding_and_other_images_are_not_the_worker():
                                   "580") == []
 
 
+def test_the_worker_image_built_from_an_installed_recipe_is_judged_too():
+    installed = "/opt/venv/lib/python3.11/site-packages/gpuburst/recipe/worker/Dockerfile"
+    assert rule.hardware_findings(world(("p3.2xlarge", "g5.2xlarge"), dockerfile=installed), FACTS, TORCH, "580")
+    assert rule.hardware_findings(world(("p3.2xlarge", "g5.2xlarge"), dockerfile="/x/notworker/Dockerfile"),
+                                  FACTS, TORCH, "580") == []
+
+
 def test_the_catalogue_facts_pass_for_every_family_but_v100():
     families = {t.gpu_name: t.name for t in catalogue.INSTANCE_TYPES.values()}
     for gpu, name in families.items():
