@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
 def consume_settings(args: argparse.Namespace) -> Any:
     """ConsumerSettings from parsed `consume` arguments (raises ValueError with a one-line reason)."""
     from worker.consumer_settings import ConsumerSettings
+    from worker.slides.limits import SlideLimits
 
     s = ConsumerSettings(
         queue_url=args.queue_url or "", mode=args.mode, max_messages=args.max_messages,
@@ -142,7 +143,7 @@ def consume_settings(args: argparse.Namespace) -> Any:
         visibility_timeout_s=args.visibility_timeout,
         visibility_extension_interval_s=args.visibility_extension_interval, wait_time_s=args.wait_time,
         grace_period_s=args.grace_period, retry_backoff_s=args.retry_backoff, scratch_dir=args.scratch,
-        liveness_file=os.environ.get("LIVENESS_FILE") or None)
+        liveness_file=os.environ.get("LIVENESS_FILE") or None, slide_limits=SlideLimits.from_env())
     s.validate()
     return s
 
@@ -179,10 +180,16 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from worker.device import NoUsableGpu, describe_device, select_device
     from worker.messages import OUTPUT_SUFFIXES, default_slide_id
     from worker.slides import SlideError
+    from worker.slides.limits import SlideLimits, use_limits
 
     slide = Path(args.slide)
     if not slide.exists():
         print(f"python -m worker infer: error: slide={str(slide)!r}: no such file or folder", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        limits = SlideLimits.from_env()
+    except ValueError as e:
+        print(f"python -m worker infer: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     slide_id = args.slide_id or default_slide_id(slide.name)
     try:
@@ -202,8 +209,9 @@ def cmd_infer(args: argparse.Namespace) -> int:
     bar = ProgressBar(slide_id)
     t0 = time.monotonic()
     try:
-        summary = process_slide(slide, out, model, slide_id=slide_id, settings=_pipeline_settings(args),
-                                progress=bar)
+        with use_limits(limits):
+            summary = process_slide(slide, out, model, slide_id=slide_id, settings=_pipeline_settings(args),
+                                    progress=bar)
     except SlideError as e:
         bar.close()
         print(f"python -m worker infer: error: {e}", file=sys.stderr)

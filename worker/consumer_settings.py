@@ -1,9 +1,10 @@
 """How the SQS consumer runs (ConsumerSettings), as `python -m worker consume` fills it from flags and environment."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from worker import s3io
+from worker.slides.limits import SlideLimits
 
 #: SQS's limits on a visibility timeout, in seconds.
 SQS_MAX_VISIBILITY_S = 43200
@@ -53,6 +54,11 @@ class ConsumerSettings:
     max_prefix_bytes: int = s3io.DEFAULT_MAX_PREFIX_BYTES
     """A multi-file slide (a `slide` prefix) larger than this many bytes in all is dead-lettered instead of
     downloaded. Default 64 GiB (s3io.DEFAULT_MAX_PREFIX_BYTES); at most s3io.MAX_PREFIX_OBJECTS objects either way."""
+    slide_limits: SlideLimits = field(default_factory=SlideLimits)
+    """What one slide may declare (pixels, tile size, decoded bytes, levels, bytes on disk, TIFF directories); a slide
+    over a limit is dead-lettered at once, an object or prefix over `max_file_bytes` before it is downloaded. Default
+    SlideLimits() (see worker/slides/limits.py for each default and why); `consume` reads the SLIDE_MAX_* variables
+    into it (SlideLimits.from_env)."""
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the setting) when the settings cannot work."""
@@ -79,3 +85,4 @@ class ConsumerSettings:
             raise ValueError(f"retry_backoff_s={self.retry_backoff_s}: must be >= 0")
         if self.max_prefix_bytes < 1:
             raise ValueError(f"max_prefix_bytes={self.max_prefix_bytes}: must be at least 1")
+        self.slide_limits.validate()

@@ -14,6 +14,7 @@ from worker.heartbeat import Heartbeat
 from worker.logfmt import event
 from worker.messages import OUTPUT_SUFFIXES, ContractError, SlideMessage, parse_message
 from worker.outcome import Cancelled, Outcome, PermanentError, permanent_types, where
+from worker.slides.limits import use_limits
 from worker.study_state import StudyState, slide_metrics
 from worker.verify_probe import verify_probe_id
 
@@ -117,6 +118,10 @@ class MessageHandling:
                 what = "bucket not found" if s3io.error_code(e) == "NoSuchBucket" else "slide object not found"
                 raise PermanentError(f"bad slide {m.slide}: {what}") from None
             raise
+        # A slide larger than the limit is refused from its HEAD (or listing), before a byte of it is downloaded.
+        too_big = self.settings.slide_limits.size_refusal(identity["size_bytes"])
+        if too_big is not None:
+            raise PermanentError(f"bad slide {m.slide}: {too_big}; not downloaded")
         existing = s3io.get_json(self.s3, m.summary_uri)
         if existing is not None and (existing[0].get("input") or {}).get("etag") == identity["etag"]:
             base.status, base.summary = "skipped", existing[0]
@@ -146,7 +151,8 @@ class MessageHandling:
             out_dir = work / "out"
             out_dir.mkdir()
             try:
-                summary = self.processor(local, out_dir, m.slide_id, self.check_cancel)
+                with use_limits(self.settings.slide_limits):  # what every slide opened for this message may declare
+                    summary = self.processor(local, out_dir, m.slide_id, self.check_cancel)
             except permanent_types() as e:
                 # The reader names its (scratch) file or folder; the S3 address is what an operator can act on:
                 # a file inside a downloaded prefix becomes s3://bucket/prefix/<relative path>.

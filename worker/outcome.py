@@ -30,7 +30,8 @@ class Outcome:
 
 
 class PermanentError(Exception):
-    """A failure that no retry can fix (contract violation, missing slide, unreadable slide): dead-letter at once."""
+    """A failure that no retry can fix (contract violation, missing slide, unreadable slide, a slide over a
+    SlideLimits limit): dead-letter at once."""
 
 
 class Cancelled(Exception):
@@ -38,7 +39,8 @@ class Cancelled(Exception):
 
 
 def permanent_types() -> tuple[type[BaseException], ...]:
-    """Exception types from the compute half that mean 'this slide can never be processed' (bad file)."""
+    """Exception types from the compute half that mean 'this slide can never be processed' (bad file): SlideError,
+    which includes SlideLimitError (the slide declares more than the limits admit: no retry can change that)."""
     types: list[type[BaseException]] = [PermanentError]
     try:
         from worker.slides import SlideError

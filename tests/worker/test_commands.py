@@ -81,6 +81,42 @@ def test_visibility_settings_come_from_the_environment(monkeypatch):
     assert s.visibility_timeout_s == 90  # a flag beats the environment
 
 
+def test_slide_limits_come_from_the_environment(monkeypatch):
+    from worker.slides.limits import SlideLimits
+
+    monkeypatch.setenv("QUEUE_URL", "http://q/1/work")
+    monkeypatch.setenv("SLIDE_MAX_PIXELS", "2e10")
+    monkeypatch.setenv("SLIDE_MAX_FILE_BYTES", "10GiB")
+    s = commands.consume_settings(commands.build_parser().parse_args(["consume"]))
+    assert s.slide_limits == SlideLimits(max_pixels=20_000_000_000, max_file_bytes=10 * 2**30)
+
+
+@pytest.mark.parametrize("command", ["consume", "infer"])
+def test_a_bad_slide_limit_variable_exits_2_with_one_line_naming_it(monkeypatch, capsys, tmp_path, command):
+    monkeypatch.setenv("SLIDE_MAX_TILE_PX", "big")
+    slide = tmp_path / "s.tif"
+    slide.write_bytes(b"II*\x00")
+    args = ["consume", "--queue-url", "http://127.0.0.1:9/q"] if command == "consume" else [
+        "infer", str(slide), "--out", str(tmp_path / "out")]
+    assert commands.main(args) == commands.EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert err == (f"python -m worker {command}: error: SLIDE_MAX_TILE_PX='big': must be a whole number >= 1 "
+                   f"(e.g. 40000000000 or 4e10)")
+    assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_infer_applies_the_environments_limits_in_one_line_exit_1(tmp_path):
+    from worker.devtools.synthetic import write_synthetic_slide
+
+    slide = write_synthetic_slide(tmp_path / "S-8.ome.tif", width=1024, height=1024, seed=3)
+    r = run_worker("infer", str(slide), "--out", str(tmp_path / "o"), "--device", "cpu",
+                   env={"SLIDE_MAX_PIXELS": "1000000"}, timeout=120)
+    assert r.returncode == commands.EXIT_FAILURE, r.stderr
+    err = [line for line in r.stderr.splitlines() if line.startswith("python -m worker infer: error:")]
+    assert err == [f"python -m worker infer: error: {slide}: level 0 declares 1024 × 1024 px (1.0e6 px) over the "
+                   f"limit of 1.0e6 px (SLIDE_MAX_PIXELS)"], r.stderr
+
+
 def test_consume_reports_a_missing_queue_in_one_line_and_exits_1(aws):
     r = run_worker("consume", "--queue-url", f"{aws}/123456789012/no-such-queue", "--device", "cpu",
                    env=aws_child_env(aws), timeout=90)

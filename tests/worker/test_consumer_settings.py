@@ -10,13 +10,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sqs_helpers import consumer_settings  # noqa: E402
 
+from worker.slides.limits import SlideLimits  # noqa: E402
+
 
 @pytest.mark.parametrize("kw,fragment", [
     (dict(visibility_timeout_s=10, visibility_extension_interval_s=10), "visibility_extension_interval_s=10"),
     (dict(visibility_timeout_s=0), "visibility_timeout_s=0"),
     (dict(wait_time_s=21), "wait_time_s=21"),
     (dict(mode="batch"), "mode='batch'"),
+    (dict(slide_limits=SlideLimits(max_levels=0)), r"max_levels=0 \(SLIDE_MAX_LEVELS\): must be a whole number"),
 ])
 def test_settings_are_validated(kw, fragment):
     with pytest.raises(ValueError, match=fragment):
         consumer_settings("http://q", **kw).validate()
+
+
+def test_the_slide_limits_default_to_the_documented_defaults():
+    assert consumer_settings("http://q").slide_limits == SlideLimits()

@@ -8,6 +8,8 @@ import tifffile
 
 from worker.logfmt import one_line
 from worker.slides.dicom_slide import DicomSlide, dicom_files, is_dicom_file
+from worker.slides.errors import SlideLimitError
+from worker.slides.limits import SlideLimits, current_limits
 from worker.slides.openslide_slide import OpenSlideSlide, detect_format
 from worker.slides.slide import Slide, SlideError, fail
 from worker.slides.tiff_slide import open_tiff, tiff_flavour
@@ -41,18 +43,22 @@ def _in_folder(folder: Path) -> Path:
                        f".vms with its data files, or one slide file)")
 
 
-def open_slide(path: str | Path, *, mpp_um: float | None = None) -> Slide:
+def open_slide(path: str | Path, *, mpp_um: float | None = None, limits: SlideLimits | None = None) -> Slide:
     """Open a slide (a file, or a folder for DICOM WSI and MRXS/VMS), choosing the reader from its content.
 
     Readers: tifffile for generic/OME-TIFF and Aperio SVS (JPEG, JPEG 2000; tiled or stripped), OpenSlide for
     NDPI, MRXS, SCN, BIF, VMS, Philips TIFF and TIFFs tifffile cannot decode, wsidicom for DICOM WSI. Raises
-    SlideError (one line naming the file and the cause) when it cannot be used.
+    SlideError (one line naming the file and the cause) when it cannot be used, SlideLimitError when it declares
+    more than `limits` admit (default: `current_limits()`), before any pixel is decoded.
     """
     path = Path(path)
+    limits = limits if limits is not None else current_limits()
+    if path.exists():
+        limits.check_file(path)  # the whole folder for a folder, before any of it is parsed
     if path.is_dir():
         target = _in_folder(path)
         if target == path:
-            return DicomSlide(path, mpp_um=mpp_um)
+            return DicomSlide(path, mpp_um=mpp_um, limits=limits)
         path = target
     if not path.is_file():
         raise fail(path, "no such file")
@@ -61,12 +67,12 @@ def open_slide(path: str | Path, *, mpp_um: float | None = None) -> Slide:
         raise fail(path, "empty file (0 bytes; a failed upload or copy?)")
     magic = _magic(path)
     if magic[:4] in _TIFF_MAGIC:
-        return _open_tiff_family(path, mpp_um, size)
+        return _open_tiff_family(path, mpp_um, size, limits)
     if is_dicom_file(path):
-        return DicomSlide(path, mpp_um=mpp_um)
+        return DicomSlide(path, mpp_um=mpp_um, limits=limits)
     vendor = detect_format(path)
     if vendor is not None:
-        return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor)
+        return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor, limits=limits)
     if path.suffix.lower() in _INDEX_SUFFIXES:
         raise fail(path, f"OpenSlide cannot read this {path.suffix} index; its data files must lie beside it "
                          f"(send the folder or S3 prefix holding both)")
@@ -74,13 +80,16 @@ def open_slide(path: str | Path, *, mpp_um: float | None = None) -> Slide:
                      f"BIF, DICOM, or an MRXS/VMS index)")
 
 
-def _open_tiff_family(path: Path, mpp_um: float | None, size: int) -> Slide:
+def _open_tiff_family(path: Path, mpp_um: float | None, size: int, limits: SlideLimits) -> Slide:
     """TIFF-structured files: tifffile where it reads them correctly, OpenSlide for vendor layouts and the rest."""
     flavour = None
     _check_tiff_header(path, size)
     try:
         with tifffile.TiffFile(path, is_ndpi=False) as tif:  # content, not the ".ndpi" suffix, decides
+            limits.check_directories(path, tif.pages)
             flavour = tiff_flavour(tif)
+            if flavour is not None:
+                _check_vendor_pages(path, tif, limits)
     except (tifffile.TiffFileError, ValueError, OSError, struct.error, IndexError) as exc:
         if size < 4096:
             raise fail(path, f"truncated or damaged TIFF ({size} bytes; {one_line(exc)})") from None
@@ -92,17 +101,31 @@ def _open_tiff_family(path: Path, mpp_um: float | None, size: int) -> Slide:
         # NDPI, SCN, Philips, BIF ...: tifffile exposes their IFDs but not a plain tile grid to decode.
         if tiff_error is None:
             _check_tiff_complete(path, size, flavour)
-        return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor)
+        return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor, limits=limits)
     if tiff_error is not None:
         raise tiff_error
     try:
-        return open_tiff(path, mpp_um)
+        return open_tiff(path, mpp_um, limits)
+    except SlideLimitError:
+        raise  # what the file declares is refused whichever library would read it
     except SlideError as exc:
         text = str(exc)
         # A codec or layout tifffile cannot decode, in a file OpenSlide can read: let OpenSlide read it.
         if vendor is not None and ("does not decode" in text or "volumetric or planar" in text):
-            return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor)
+            return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor, limits=limits)
         raise
+
+
+def _check_vendor_pages(path: Path, tif: tifffile.TiffFile, limits: SlideLimits) -> None:
+    """Refuse a vendor TIFF (NDPI, SCN, ...) whose image directories declare more pixels than the limits admit,
+    from the directories alone, before OpenSlide parses the file (its own view is checked once it is open)."""
+    try:
+        for index, page in enumerate(tif.pages):
+            limits.check_level(path, index, int(page.imagewidth), int(page.imagelength))
+    except SlideLimitError:
+        raise
+    except Exception:  # noqa: BLE001 - a damaged directory is for _check_tiff_complete and OpenSlide to report
+        return
 
 
 def _check_tiff_header(path: Path, size: int) -> None:

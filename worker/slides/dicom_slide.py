@@ -8,6 +8,7 @@ import numpy as np
 
 from worker.logfmt import one_line
 from worker.slides.colour import classify
+from worker.slides.limits import SlideLimits
 from worker.slides.slide import Level, Slide, SlideError, fail
 
 DICM_OFFSET = 128  # a DICOM Part 10 file: 128-byte preamble, then b"DICM"
@@ -34,8 +35,8 @@ class DicomSlide(Slide):
     reader = "wsidicom"
     format = "DICOM WSI"
 
-    def __init__(self, path: str | Path, *, mpp_um: float | None = None):
-        super().__init__(Path(path))
+    def __init__(self, path: str | Path, *, mpp_um: float | None = None, limits: SlideLimits | None = None):
+        super().__init__(Path(path), limits)
         from wsidicom import WsiDicom
 
         files = dicom_files(self.path) if self.path.is_dir() else [self.path]
@@ -55,14 +56,18 @@ class DicomSlide(Slide):
                 raise fail(self.path, "the DICOM series has no volume (pyramid) instances")
             base = levels[0]
             w0, h0 = base.size.width, base.size.height
-            for i, lv in enumerate(levels):
-                w, h = lv.size.width, lv.size.height
-                self.levels.append(Level(i, w, h, (w0 / w + h0 / h) / 2, lv.tile_size.width, lv.tile_size.height,
-                                         native=lv.level))
             ds = base.datasets[0]
             self._samples = int(ds.samples_per_pixel)
             photometric = str(ds.photometric_interpretation)
             bits = int(getattr(ds, "bits", 8) or 8)
+            # What the DICOM headers declare, before a frame is decoded: levels, each level's pixels and frames.
+            self.limits.check_levels(self.path, len(levels))
+            for i, lv in enumerate(levels):
+                w, h = lv.size.width, lv.size.height
+                tw, th = lv.tile_size.width, lv.tile_size.height
+                self.limits.check_level(self.path, i, w, h)
+                self.limits.check_unit(self.path, i, tw, th, self._samples, -(-bits // 8))
+                self.levels.append(Level(i, w, h, (w0 / w + h0 / h) / 2, tw, th, native=lv.level))
             if bits != 8 or self._samples not in (1, 3):
                 raise fail(self.path, f"{bits}-bit {photometric} with {self._samples} samples per pixel: not 8-bit "
                                       f"RGB or single-channel")

@@ -7,7 +7,11 @@ import numpy as np
 
 from worker.logfmt import one_line
 from worker.slides.colour import classify
+from worker.slides.limits import SlideLimits
 from worker.slides.slide import Level, Slide, SlideError, fail
+
+#: Bytes per pixel OpenSlide decodes into (premultiplied ARGB, one uint32 per pixel), whatever the file stores.
+OPENSLIDE_PIXEL_BYTES = 4
 
 #: OpenSlide's vendor names, as its detect_format reports them, and how a person would name the format.
 VENDOR_FORMATS = {
@@ -32,8 +36,9 @@ class OpenSlideSlide(Slide):
 
     reader = "openslide"
 
-    def __init__(self, path: str | Path, *, mpp_um: float | None = None, vendor: str | None = None):
-        super().__init__(Path(path))
+    def __init__(self, path: str | Path, *, mpp_um: float | None = None, vendor: str | None = None,
+                 limits: SlideLimits | None = None):
+        super().__init__(Path(path), limits)
         import openslide
 
         try:
@@ -51,9 +56,16 @@ class OpenSlideSlide(Slide):
             self.associated_skipped = sorted(self._os.associated_images)
             self.levels = []
             w0, h0 = self._os.dimensions
+            self.limits.check_levels(self.path, self._os.level_count)
             for i, (w, h) in enumerate(self._os.level_dimensions):
                 tw = int(props.get(f"openslide.level[{i}].tile-width", 0) or 0)
                 th = int(props.get(f"openslide.level[{i}].tile-height", 0) or 0)
+                self.limits.check_level(self.path, i, w, h)
+                if tw and th:
+                    # Hamamatsu's "tiles" are JPEG restart intervals, rows that may span the whole level: bounded
+                    # by their decoded bytes, not by their side.
+                    self.limits.check_unit(self.path, i, tw, th, OPENSLIDE_PIXEL_BYTES, 1,
+                                           check_side=vendor != "hamamatsu")
                 self.levels.append(Level(i, w, h, (w0 / w + h0 / h) / 2, tw, th, native=i))
             self._downsamples = list(self._os.level_downsamples)
             found = None

@@ -13,21 +13,14 @@ import numpy as np
 from PIL import Image
 
 from worker.slides.colour import Colour
+from worker.slides.errors import SlideError, fail
+from worker.slides.limits import SlideLimits, current_limits
 
 # A calibration outside this range is not a microscope scan (72 dpi, for example, is 352.8 µm/px).
 MPP_PLAUSIBLE_UM = (0.02, 50.0)
 
 #: How the refusal of an uncalibrated slide names the override, exactly as `python -m worker infer` spells it.
 MPP_FLAG = "--mpp-um"
-
-
-class SlideError(Exception):
-    """The input is not a slide this worker can read; the message is one line naming the file and the problem."""
-
-
-def fail(path: Path | str, what: str) -> SlideError:
-    """A SlideError whose one line starts with the file's path."""
-    return SlideError(f"{path}: {what}")
 
 
 @dataclass
@@ -157,7 +150,8 @@ def _area_axis0(a: np.ndarray, start: float, f: float, n: int) -> np.ndarray:
 class Slide(abc.ABC):
     """An open slide, whatever its format; region reads may be called from many threads at once.
 
-    Subclasses (one per reader) set `levels`, `reader`, `format` and the calibration, and implement `_read_raw`.
+    Subclasses (one per reader) set `levels`, `reader`, `format` and the calibration, and implement `_read_raw`;
+    each hands what its headers declare to `self.limits` (SlideLimits) before it reads the first pixel.
     """
 
     reader: str = ""
@@ -165,9 +159,12 @@ class Slide(abc.ABC):
     format: str = ""
     """The file format as found from its content, e.g. "Aperio SVS", "OME-TIFF", "Hamamatsu NDPI", "DICOM WSI"."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, limits: SlideLimits | None = None) -> None:
         self.path = Path(path)
         self.name = self.path.name
+        self.limits = limits if limits is not None else current_limits()
+        """What this slide may declare; checked by the reader from its headers before any pixel is decoded."""
+        self.limits.check_file(self.path)
         self.levels: list[Level] = []
         self.mpp_x = self.mpp_y = 0.0
         self.mpp_source = ""

@@ -12,7 +12,9 @@ import numpy as np
 import tifffile
 
 from worker.logfmt import one_line
+from worker.slides.codec_headers import JPEG2000_COMPRESSIONS, JPEG_COMPRESSIONS
 from worker.slides.colour import classify
+from worker.slides.limits import SlideLimits
 from worker.slides.slide import Level, Slide, SlideError, fail
 
 # µm per unit, for OME's UnitsLength values we may meet on PhysicalSizeX/Y (both spellings of micro).
@@ -20,8 +22,8 @@ _UNIT_UM = {
     "µm": 1.0, "μm": 1.0, "um": 1.0, "micron": 1.0, "micrometer": 1.0, "micrometre": 1.0,
     "nm": 1e-3, "pm": 1e-6, "Å": 1e-4, "mm": 1e3, "cm": 1e4, "m": 1e6,
 }
-# A single compressed strip larger than this (decoded) cannot be read by region without decoding all of it.
-_MAX_STRIP_BYTES = 256 * 2**20
+# Tiles and strips of these codecs carry their own pixel size, checked against the file's before decoding.
+_SIZED_STREAMS = JPEG_COMPRESSIONS | JPEG2000_COMPRESSIONS
 
 #: TIFF flavours whose layout tifffile exposes but does not decode as a plain grid: OpenSlide reads them.
 OPENSLIDE_TIFF_FLAGS = ("ndpi", "scn", "philips", "bif", "qpi")
@@ -32,8 +34,8 @@ class TiffSlide(Slide):
 
     reader = "tifffile"
 
-    def __init__(self, path: str | Path, *, mpp_um: float | None = None):
-        super().__init__(Path(path))
+    def __init__(self, path: str | Path, *, mpp_um: float | None = None, limits: SlideLimits | None = None):
+        super().__init__(Path(path), limits)
         try:
             # tifffile switches to NDPI's 64-bit offsets by the ".ndpi" suffix alone; NDPI goes to OpenSlide, so
             # any file that reaches this reader is parsed as the plain TIFF its content says it is.
@@ -41,6 +43,7 @@ class TiffSlide(Slide):
         except (tifffile.TiffFileError, ValueError, OSError, struct.error, IndexError) as exc:
             raise fail(self.path, f"damaged TIFF structure ({one_line(exc)})") from None
         try:
+            self.limits.check_directories(self.path, self._tif.pages)
             self.format = _tiff_format(self._tif)
             self.levels = self._find_levels()
             self._check_complete()
@@ -83,6 +86,10 @@ class TiffSlide(Slide):
         self.associated_skipped = [s.name or s.kind or "image" for s in series if s is not best and s.levels]
         base = pages[0]
         w0, h0 = base.imagewidth, base.imagelength
+        # What the header declares, before anything is decoded (levels, pixels, then each level's tiles or strips).
+        limits = self.limits
+        limits.check_levels(self.path, len(pages))
+        limits.check_level(self.path, 0, w0, h0)
         if base.imagedepth != 1 or (base.planarconfig != 1 and base.samplesperpixel > 1):
             raise fail(self.path, "level 0 is volumetric or planar-separate; expected interleaved RGB")
         levels: list[Level] = []
@@ -96,16 +103,19 @@ class TiffSlide(Slide):
                 continue
             if levels and (w >= levels[-1].width or h >= levels[-1].height):
                 continue
+            limits.check_level(self.path, len(levels), w, h)
+            spp, nbytes = page.samplesperpixel, -(-page.bitspersample // 8)
             if page.is_tiled:
                 tw, th = page.tilewidth, page.tilelength
+                limits.check_unit(self.path, len(levels), tw, th, spp, nbytes)
             else:
                 tw, th = 0, min(page.rowsperstrip or h, h)
-                if page.compression != 1 and th * w * page.samplesperpixel > _MAX_STRIP_BYTES:
+                # Uncompressed 8-bit strips are read row by row (never a whole strip); others decode a strip at once.
+                decoded = not (page.compression == 1 and page.bitspersample == 8 and page.fillorder == 1)
+                if decoded and not limits.unit_fits(w, th, spp, nbytes):
                     if not levels:
-                        raise fail(self.path, f"level 0 ({w}x{h}) is stored in compressed strips of {th} rows "
-                                              f"({th * w * page.samplesperpixel / 2**20:.0f} MB each decoded); "
-                                              f"re-save it tiled")
-                    continue
+                        limits.check_unit(self.path, 0, w, th, spp, nbytes, kind="strips", check_side=False)
+                    continue  # a reduced level too costly to decode is left out; a finer one serves instead
             levels.append(Level(len(levels), w, h, (w0 / w + h0 / h) / 2, tw, th, page, _jpeg_colorspaces(page)))
         return levels
 
@@ -117,6 +127,11 @@ class TiffSlide(Slide):
             offs, counts = lv.page.dataoffsets, lv.page.databytecounts
             if len(offs):
                 end = max(end, max(o + c for o, c in zip(offs, counts) if c) if any(counts) else 0)
+                # Each stored tile or strip is read whole into memory before it is decoded (uncompressed strips
+                # aside, read by row): its stored size is bounded like its decoded size.
+                stored = int(max(counts))
+                if lv.tile_width or lv.page.compression != 1:
+                    self.limits.check_stored(self.path, lv.index, stored)
         if end > size:
             raise fail(self.path, f"truncated: the file is {size:,} bytes but its image data runs to {end:,} bytes "
                                   f"(a partial upload or copy?)")
@@ -214,6 +229,10 @@ class TiffSlide(Slide):
             return out
         data = self._pread(count, offset, f"level {level.index} tile ({tx}, {ty})")
         direct = out is not None and level.jpeg is not None and out.flags.c_contiguous and c == 3
+        if not direct and page.compression in _SIZED_STREAMS:
+            # tifffile would allocate what the stream declares (the direct decode refuses a mismatch by itself).
+            self.limits.check_stream(self.path, f"level {level.index} tile ({tx}, {ty})", page.compression, data,
+                                     level.tile_width, level.tile_height)
         try:
             if direct:
                 colorspace, outcolorspace = level.jpeg
@@ -291,6 +310,9 @@ class TiffSlide(Slide):
             strip = np.full((rows, level.width, c), 255, np.uint8)
         else:
             data = self._pread(count, offset, f"level {level.index} strip {index}")
+            if page.compression in _SIZED_STREAMS:
+                self.limits.check_stream(self.path, f"level {level.index} strip {index}", page.compression, data,
+                                         level.width, level.tile_height)
             try:
                 segment, _, _ = page.decode(data, index, jpegtables=page.jpegtables)
             except Exception as exc:  # noqa: BLE001
@@ -451,9 +473,9 @@ def tiff_flavour(tif: tifffile.TiffFile) -> str | None:
     return None
 
 
-def open_tiff(path: Path, mpp_um: float | None) -> TiffSlide:
+def open_tiff(path: Path, mpp_um: float | None, limits: SlideLimits | None = None) -> TiffSlide:
     """Open with tifffile and decode one tile, so a slide tifffile cannot decode fails here (SlideError)."""
-    slide = TiffSlide(path, mpp_um=mpp_um)
+    slide = TiffSlide(path, mpp_um=mpp_um, limits=limits)
     try:
         slide.probe()
     except SlideError:
