@@ -233,6 +233,6 @@ def test_placeholder_pre_pulls_the_worker_image_as_a_restricted_init_container()
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
     strict(d)
     # It is still a placeholder for the wiring rule (it calls no AWS API), and without an image nothing is pulled.
-    from policies.wiring import is_placeholder
+    from policies.identity import is_placeholder
     assert is_placeholder(pod)
     assert "initContainers" not in placeholder_deployment_manifest("gpuburst")["spec"]["template"]["spec"]
