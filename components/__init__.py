@@ -33,11 +33,15 @@ _EXPORTS: dict[str, str] = {
     "ExistingKarpenter": "existing", "ExistingKarpenterArgs": "existing",
     "ExistingCluster": "existing", "ExistingClusterArgs": "existing", "ExistingNodeClass": "existing",
     "ExistingNetwork": "existing",
+    # The network boundary: a VPC whose GPU subnets have no route out, and the GPU nodes' own security group
+    "WorkloadNetwork": "network", "WorkloadNetworkArgs": "network",
+    "GpuNodeSecurity": "network", "GpuNodeSecurityArgs": "network",
     # Queues, storage, image, identity
     "WorkQueue": "queue", "WorkQueueArgs": "queue",
     "SlideStorage": "storage", "SlideStorageArgs": "storage",
     "WorkerImage": "image", "WorkerImageArgs": "image",
     "WorkloadIdentity": "identity", "WorkloadIdentityArgs": "identity",
+    "DataKey": "keys", "DataKeyArgs": "keys",
     # Errors and the version catalogue
     "ConfigError": "spec.validation",
     "catalogue": "",
@@ -65,6 +69,8 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly 
     from .image import WorkerImage, WorkerImageArgs
     from .karpenter import Karpenter, KarpenterArgs
     from .keda import Keda, KedaArgs, KedaScalerAuth, KedaScalerAuthArgs, TriggerAuthSpec
+    from .keys import DataKey, DataKeyArgs
+    from .network import GpuNodeSecurity, GpuNodeSecurityArgs, WorkloadNetwork, WorkloadNetworkArgs
     from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, ec2_nodeclass_manifest
     from .nodepool import GpuNodePool, GpuNodePoolArgs, gpu_nodepool_manifest
     from .planning.chooser import PatternChoice, choose_pattern, require_pattern

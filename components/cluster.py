@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 from .catalogue import DEFAULT_SUPPORT_TYPE, KUBERNETES_VERSION, SUPPORT_TYPES, kubernetes_problems
 from .karpenter import NODE_MANAGED_POLICIES, node_trust_policy
 from .nodeclass import DISCOVERY_TAG
-from .spec.names import POOL_LABEL, SYSTEM_POOL
+from .spec.names import POOL_LABEL, SYSTEM_POOL, control_plane_log_group
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 
 _CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]*$")
@@ -27,18 +27,26 @@ def _cidr(v: str) -> bool:
     return True
 
 
+def _world(v: str) -> bool:
+    return ipaddress.ip_network(v, strict=True).prefixlen == 0  # 0.0.0.0/0 or ::/0: the whole internet
+
+
 def _subnets(v) -> bool:
     # A list (items may be Outputs), never a whole Output: each subnet gets its own discovery Tag resource, and the
     # number of resources has to be known without waiting for an Output.
     return v is None or (isinstance(v, (list, tuple)) and len(v) > 0)
 
 
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+                      3288, 3653)
+"""The retention periods CloudWatch Logs accepts, in days (CloudWatch Logs API Reference, PutRetentionPolicy)."""
+
 CLUSTER_RULES = (
     Rule("cluster.name", lambda v: isinstance(v, str) and len(v) <= 100 and bool(_CLUSTER_NAME.match(v)),
          "an EKS cluster name: letters, digits, '-', '_', starting with a letter or digit, at most 100 characters"),
     Rule("cluster.public_access_cidrs", lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0
-                                                                 and all(_cidr(c) for c in v)),
-         "None (AWS's default, 0.0.0.0/0) or a non-empty list of CIDRs like '203.0.113.0/24'"),
+                                                                 and all(_cidr(c) and not _world(c) for c in v)),
+         "None (no public endpoint) or a non-empty list of CIDRs like '203.0.113.0/24', never 0.0.0.0/0 or ::/0"),
     Rule("cluster.endpoint_private_access", lambda v: v is True,
          "True: nodes reach the API server inside the VPC"),
     Rule("cluster.system_instance_types", lambda v: isinstance(v, (list, tuple)) and len(v) > 0
@@ -53,6 +61,8 @@ CLUSTER_RULES = (
     Rule("cluster.partition", lambda v: v in ("aws", "aws-us-gov", "aws-cn"), "one of aws, aws-us-gov, aws-cn"),
     Rule("cluster.private_subnet_ids", _subnets, "None or a non-empty list of subnet ids (items may be Outputs)"),
     Rule("cluster.public_subnet_ids", _subnets, "None or a non-empty list of subnet ids (items may be Outputs)"),
+    Rule("cluster.log_retention_days", lambda v: v in LOG_RETENTION_DAYS,
+         f"one of CloudWatch Logs' retention periods in days: {', '.join(map(str, LOG_RETENTION_DAYS))}"),
 )
 
 
@@ -74,10 +84,16 @@ class ClusterArgs:
     """Public subnets (load balancers). Default None."""
     private_subnet_ids: Sequence[pulumi.Input[str]] | None = None
     """Private subnets: the nodes (system and GPU) go here when given. Default None."""
-    endpoint_public_access: bool = True
-    """Expose the API server endpoint publicly. Default True (restrict it with public_access_cidrs)."""
+    tag_node_subnets: bool = True
+    """Tag the nodes' subnets with `karpenter.sh/discovery` (an aws.ec2.Tag each). False when the subnets are this
+    stack's own resources that carry their tags themselves (a WorkloadNetwork's: two owners of a subnet's tags fight
+    on every update). Default True."""
+    endpoint_public_access: bool = False
+    """Expose the API server endpoint publicly, to `public_access_cidrs` only. Default False (the private endpoint
+    only: run `pulumi up` from inside the VPC, or list your egress CIDRs)."""
     public_access_cidrs: list[str] | None = None
-    """CIDRs allowed to reach the public endpoint; None (default) leaves AWS's 0.0.0.0/0."""
+    """CIDRs allowed to reach the public endpoint, never 0.0.0.0/0 or ::/0; required when endpoint_public_access
+    (AWS's own default would be 0.0.0.0/0). Default None."""
     endpoint_private_access: bool = True
     """Private API endpoint inside the VPC (nodes use it). Always True."""
     system_instance_types: list[str] = field(default_factory=lambda: ["m6i.large"])
@@ -90,6 +106,12 @@ class ClusterArgs:
     """Encrypted gp3 root volume of each system node, GiB. Default 50."""
     secrets_kms_key_arn: pulumi.Input[str] | None = None
     """Customer-managed KMS key for envelope encryption of Kubernetes secrets; None (default) keeps EKS's default."""
+    log_retention_days: int = 90
+    """Days CloudWatch keeps the control-plane logs (the log group `/aws/eks/<name>/cluster`, declared before the
+    cluster so EKS writes into it instead of creating one that never expires). Default 90."""
+    log_kms_key_arn: pulumi.Input[str] | None = None
+    """Customer-managed KMS key of the control-plane log group (its policy must let CloudWatch Logs use it for that
+    log group, as `DataKey` does). Default None: CloudWatch Logs' own encryption."""
     enabled_cluster_log_types: list[str] = field(default_factory=lambda: ["api", "audit", "authenticator"])
     """Control-plane logs sent to CloudWatch (who did what, for clinical data). Default api, audit, authenticator."""
     tags: dict[str, str] = field(default_factory=dict)
@@ -118,7 +140,7 @@ class Cluster(pulumi.ComponentResource):
                   "cluster.system_root_volume_gib": args.system_root_volume_gib,
                   "cluster.private_subnet_ids": args.private_subnet_ids,
                   "cluster.public_subnet_ids": args.public_subnet_ids, "cluster.partition": args.partition,
-                  "cluster.support_type": args.support_type},
+                  "cluster.support_type": args.support_type, "cluster.log_retention_days": args.log_retention_days},
                  CLUSTER_RULES)
         if args.system_max_size < args.system_desired_size:
             raise ConfigError("cluster.system_max_size", args.system_max_size,
@@ -126,6 +148,10 @@ class Cluster(pulumi.ComponentResource):
         if args.public_access_cidrs is not None and not args.endpoint_public_access:
             raise ConfigError("cluster.public_access_cidrs", args.public_access_cidrs,
                               "None when endpoint_public_access is False (there is no public endpoint to restrict)")
+        if args.public_access_cidrs is None and args.endpoint_public_access:
+            raise ConfigError("cluster.public_access_cidrs", None,
+                              "a non-empty list of CIDRs when endpoint_public_access is True (left unset, AWS opens "
+                              "the endpoint to 0.0.0.0/0)")
         problems = kubernetes_problems(args.kubernetes_version)
         if problems:
             raise ConfigError("cluster.kubernetes_version", args.kubernetes_version, problems[0])
@@ -139,6 +165,11 @@ class Cluster(pulumi.ComponentResource):
         self.name = args.name
         node_subnets = args.private_subnet_ids or args.public_subnet_ids
 
+        # The control-plane log group exists before the cluster, so EKS writes into it with this retention and key.
+        self.log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane-logs", name=control_plane_log_group(args.name),
+            retention_in_days=args.log_retention_days, kms_key_id=args.log_kms_key_arn, tags=tags or None,
+            opts=child)
         self.cluster = eks.Cluster(
             f"{name}-eks", name=args.name, version=args.kubernetes_version,
             upgrade_policy={"support_type": args.support_type},
@@ -147,15 +178,21 @@ class Cluster(pulumi.ComponentResource):
             create_oidc_provider=True,
             # No self-managed default node group; the system group below is an EKS managed node group.
             skip_default_node_group=True,
-            # Use the security group EKS makes for the cluster for every node (managed and Karpenter's): its members
-            # may all talk to each other and to the control plane, so GPU nodes reach CoreDNS on the system nodes.
+            # The system nodes use the security group EKS makes for the cluster (its members may all talk to each other
+            # and to the control plane); GPU nodes get their own (network.GpuNodeSecurity), which it admits.
             skip_default_security_groups=True,
+            # VPC CNI's network policy agent on, so NetworkPolicies are enforced (it is off by default). pulumi-eks
+            # creates the `vpc-cni` aws.eks.Addon itself and writes this as its configurationValues
+            # `enableNetworkPolicy: "true"` (pulumi/pulumi-eks nodejs/eks/addons/cni-addon.ts, mergeConfigurationValues;
+            # nodejs/eks/cluster/cluster.ts passes vpcCniOptions to VpcCniAddon unless useDefaultVpcCni). Offline the
+            # Addon is a remote child and never appears, so the plan shows the option on eks:index:Cluster.
+            vpc_cni_options={"enable_network_policy": True},
             vpc_id=args.vpc_id, public_subnet_ids=args.public_subnet_ids, private_subnet_ids=args.private_subnet_ids,
             endpoint_public_access=args.endpoint_public_access, public_access_cidrs=args.public_access_cidrs,
             endpoint_private_access=args.endpoint_private_access,
             enabled_cluster_log_types=list(args.enabled_cluster_log_types),
             encryption_config_key_arn=args.secrets_kms_key_arn,
-            tags=tags or None, opts=child)
+            tags=tags or None, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.log_group]))
 
         system_role = aws.iam.Role(
             f"{name}-system-node-role", assume_role_policy=json.dumps(node_trust_policy()),
@@ -208,7 +245,7 @@ class Cluster(pulumi.ComponentResource):
         self.discovery_tags = [aws.ec2.Tag(
             f"{name}-sg-discovery", resource_id=self.cluster.cluster_security_group_id, key=DISCOVERY_TAG,
             value=args.name, opts=child)]
-        for i, subnet_id in enumerate(system_subnets):
+        for i, subnet_id in enumerate(system_subnets if args.tag_node_subnets else []):
             self.discovery_tags.append(aws.ec2.Tag(
                 f"{name}-subnet-discovery-{i}", resource_id=subnet_id, key=DISCOVERY_TAG, value=args.name,
                 opts=child))

@@ -158,6 +158,7 @@ class GpuConsumer(pulumi.ComponentResource):
             pdb = disruption_budget_manifest(name, args.namespace)
             k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=pdb["metadata"], spec=pdb["spec"], opts=child)
         if args.network_policy:
-            np_ = worker_network_policy(name, args.namespace, manifest["metadata"]["labels"])
+            np_ = worker_network_policy(name, args.namespace, manifest["metadata"]["labels"],
+                                        egress_cidrs=args.egress_cidrs)
             k8s.networking.v1.NetworkPolicy(f"{name}-netpol", metadata=np_["metadata"], spec=np_["spec"], opts=child)
         self.register_outputs({"roleArn": self.role_arn, "serviceAccountName": self.service_account_name})

@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .catalogue import CHARTS, DEVICE_PLUGIN_CDI_FEATURE_FLAGS, device_plugin_version_problem
+from .catalogue import (
+    CHARTS,
+    DEVICE_PLUGIN_CDI_FEATURE_FLAGS,
+    NVIDIA_DEVICE_PLUGIN_VERSION,
+    device_plugin_version_problem,
+)
 from .spec.names import GPU_PRESENT_LABEL, GPU_TOLERATION
 from .spec.validation import ConfigError, is_cdi_feature_flag, names_its_errors
 
@@ -33,12 +39,17 @@ not non-root: the plugin writes its socket into the kubelet's root-owned device-
 
 
 def device_plugin_values(*, gpu_label: tuple[str, str] = GPU_PRESENT_LABEL,
-                         cdi_feature_flags: tuple[str, ...] = DEVICE_PLUGIN_CDI_FEATURE_FLAGS) -> dict:
+                         cdi_feature_flags: tuple[str, ...] = DEVICE_PLUGIN_CDI_FEATURE_FLAGS,
+                         image_repository: Any = None) -> dict:
     """Helm values of the device plugin: only on GPU nodes (label), tolerating their taint, node-critical priority,
-    requests and limits, RuntimeDefault seccomp, and the CDI feature flags (`cdi.featureFlags`, comma-joined; none
-    when empty)."""
+    requests and limits, RuntimeDefault seccomp, the CDI feature flags (`cdi.featureFlags`, comma-joined; none
+    when empty), and with `image_repository` the image from that repository (the stack's ECR mirror) at the chart's
+    own tag (`v` + its appVersion)."""
     key, value = gpu_label
+    image = ({"image": {"repository": image_repository, "tag": f"v{NVIDIA_DEVICE_PLUGIN_VERSION}"}}
+             if image_repository is not None else {})
     return {
+        **image,
         # The chart's default affinity also matches NFD labels this stack does not install; pin it to the label every
         # GPU NodePool sets, both as a nodeSelector and as the required affinity that replaces the default.
         "nodeSelector": {key: value},
@@ -69,6 +80,9 @@ class NvidiaDevicePluginArgs:
     cdi_feature_flags: tuple[str, ...] = DEVICE_PLUGIN_CDI_FEATURE_FLAGS
     """CDI feature flags (`cdi.featureFlags`). Default catalogue.DEVICE_PLUGIN_CDI_FEATURE_FLAGS
     (`disable-nvsandboxutils`, the AL2023 NVIDIA AMI v20260423 workaround); () sets none."""
+    image_repository: pulumi.Input[str] | None = None
+    """Repository to pull the plugin's image from instead of nvcr.io: the stack's ECR mirror when GPU nodes have no
+    route to the internet (network.WorkloadNetwork, `mirror_copy_commands`). Default None: the chart's nvcr.io."""
 
 
 @names_its_errors
@@ -96,6 +110,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             depends.append(self.namespace)
         self.chart = k8s.helm.v4.Chart(
             f"{name}-chart", name=pin.chart, chart=pin.chart, version=args.version, namespace=args.namespace,
-            repository_opts={"repo": pin.repository}, values=device_plugin_values(cdi_feature_flags=flags),
+            repository_opts={"repo": pin.repository}, values=device_plugin_values(cdi_feature_flags=flags,
+                                                                                image_repository=args.image_repository),
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends))
         self.register_outputs({"version": args.version, "namespace": args.namespace})

@@ -148,6 +148,9 @@ class ExistingClusterArgs:
     """Labels of the system node group's nodes (controllers are placed by them). Default {gpuburst.io/pool: system}."""
     device_plugin: bool = True
     """The NVIDIA device plugin runs on the cluster (installed by the other stack). Default True."""
+    network_policy_enforced: bool | None = None
+    """The cluster's VPC CNI enforces NetworkPolicies (`enableNetworkPolicy`, as the platform's Cluster sets it), so
+    this stack's worker NetworkPolicy is more than a declaration. Default None: not known (the pack says so)."""
     node_classes: dict[str, ExistingNodeClass] = field(default_factory=dict)
     """EC2NodeClasses that live in the other stack, by name, for the NodePools of this one. Default none."""
 
@@ -172,6 +175,11 @@ class ExistingCluster(pulumi.ComponentResource):
             node_classes[nc_name] = {"rootVolumeGiB": nc.root_volume_gib, "amiAlias": nc.ami_alias}
         facts = {"clusterName": args.cluster_name, "systemNodeLabels": dict(args.system_node_labels),
                  "devicePlugin": bool(args.device_plugin), "nodeClasses": node_classes}
+        if args.network_policy_enforced is not None:
+            if not isinstance(args.network_policy_enforced, bool):
+                raise ConfigError("ExistingClusterArgs.network_policy_enforced", args.network_policy_enforced,
+                                  "True, False or None (not known)")
+            facts["networkPolicyEnforced"] = args.network_policy_enforced
         super().__init__("gpuburst:index:ExistingCluster", name, facts, opts)
         self.cluster_name = args.cluster_name
         self.system_node_labels = dict(args.system_node_labels)
@@ -188,6 +196,13 @@ class ExistingNetwork:
     """Private subnets for the nodes (system and GPU), tagged for Karpenter's discovery. Required, non-empty."""
     public_subnet_ids: Sequence[pulumi.Input[str]] | None = None
     """Public subnets (load balancers). Default None."""
+    vpc_cidr: str | None = None
+    """The VPC's private IPv4 CIDR, plain string: the only HTTPS destination of the worker NetworkPolicy and the GPU
+    nodes' security group (the VPC's interface endpoints, `catalogue.VPC_ENDPOINTS`, must answer there). Required by
+    GpuBurstPlatform; default None only so that the field order stays."""
+    gpu_subnet_ids: Sequence[pulumi.Input[str]] | None = None
+    """Subnets for the GPU nodes (ideally with no route out of the VPC), tagged `network.GPU_SUBNETS_TAG` for
+    Karpenter. Default None: the private subnets."""
 
     def cluster_args(self) -> dict[str, Any]:
         """The ClusterArgs fields this network sets."""
@@ -196,3 +211,21 @@ class ExistingNetwork:
                               "a non-empty list of subnet ids (the nodes go there)")
         return {"vpc_id": self.vpc_id, "private_subnet_ids": list(self.private_subnet_ids),
                 "public_subnet_ids": list(self.public_subnet_ids) if self.public_subnet_ids else None}
+
+    def egress_cidr(self) -> str:
+        """`vpc_cidr` after the check (a private IPv4 CIDR, never the world): ConfigError in one line otherwise."""
+        from .network import private_cidr_problem
+
+        problem = "required: the VPC's CIDR" if self.vpc_cidr is None else private_cidr_problem(self.vpc_cidr)
+        if problem:
+            raise ConfigError("ExistingNetwork.vpc_cidr", self.vpc_cidr,
+                              f"{problem} (e.g. '10.0.0.0/16'): the worker and the GPU nodes send HTTPS only there")
+        return self.vpc_cidr
+
+    def gpu_subnets(self) -> list[pulumi.Input[str]]:
+        """The GPU nodes' subnets: `gpu_subnet_ids`, else the private subnets."""
+        if self.gpu_subnet_ids is not None and not (isinstance(self.gpu_subnet_ids, (list, tuple))
+                                                    and self.gpu_subnet_ids):
+            raise ConfigError("ExistingNetwork.gpu_subnet_ids", self.gpu_subnet_ids,
+                              "None or a non-empty list of subnet ids")
+        return list(self.gpu_subnet_ids or self.private_subnet_ids)

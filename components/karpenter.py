@@ -12,7 +12,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS, KUBERNETES_VERSION, combination_problems, karpenter_version_problem
-from .identity import WorkloadIdentity, WorkloadIdentityArgs
+from .identity import WorkloadIdentity, WorkloadIdentityArgs, cluster_arn
 from .queue import TAG_ROLE
 from .spec.names import POOL_LABEL
 from .spec.validation import ConfigError, Rule, names_its_errors, validate
@@ -449,9 +449,11 @@ class Karpenter(pulumi.ComponentResource):
             policy = pulumi.Output.all(arn_parts, self.node_role.arn, self.queue.arn).apply(
                 lambda a: controller_policy(args.cluster_name, a[0][3], a[0][4], node_role_arn=a[1], queue_arn=a[2],
                                             partition=a[0][1]))
+        # The trust names the cluster's ARN: plain when region and account are given, else from the provider.
         self.identity = WorkloadIdentity(f"{name}-controller", WorkloadIdentityArgs(
             cluster_name=args.cluster_name, namespace=args.namespace, service_account=args.service_account,
-            policy=policy), opts=child)
+            policy=policy, cluster_arn=(cluster_arn(partition, args.region, args.account_id, args.cluster_name)
+                                        if args.region and args.account_id else None)), opts=child)
 
         # Both charts are helm.v4.Chart: rendered client-side, each object its own Pulumi resource, no Helm release and
         # so no Helm ownership metadata (meta.helm.sh/release-name) on the CRDs. pulumi-kubernetes #3522 (karpenter-crd

@@ -13,6 +13,7 @@ How the identities fit together (no static keys anywhere):
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,8 @@ names it, so the two must agree."""
 
 SCALER_ROLE_PATH = "/gpuburst/keda-scaler/"
 """IAM path of every scaler role: the operator may assume roles under this path only."""
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 SYSTEM_NODE_SELECTOR = {POOL_LABEL: SYSTEM_POOL}
 """Default nodeSelector: the label the cluster puts on its system managed node group (`gpuburst.io/pool: system`)."""
@@ -89,10 +92,20 @@ KEDA_RESOURCES = {
 own defaults for 2.20.2, stated here so a chart upgrade cannot drop or change them unseen."""
 
 
-def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict]) -> dict:
-    """Helm values for the KEDA chart: operator service account name, system-node placement, no IRSA, and the
-    requests and limits of every KEDA container (KEDA_RESOURCES)."""
-    return {
+def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict], *,
+                      watch_namespaces: list[str] | None = None, restrict_secret_access: bool = True) -> dict:
+    """Helm values for the KEDA chart: operator service account name, system-node placement, no IRSA, the requests
+    and limits of every KEDA container (KEDA_RESOURCES), and the operator's reach.
+
+    `restrict_secret_access` (chart `permissions.operator.restrict.secret`, and the same for the metrics server): the
+    operator's ClusterRole loses `secrets` list/watch, and it reads secrets only in its own namespace (the chart's
+    Role `keda-operator-certs`, for its certificates) - every TriggerAuthentication here uses pod identity, none a
+    secret. `rbac.enabledCustomScaledRefKinds` is always off (see the comment below). `watch_namespaces` (chart
+    `watchNamespace`, comma-separated): the operator, metrics server and webhooks watch only those namespaces, and the
+    chart binds the operator's ClusterRole in each of them (and in its own) with RoleBindings instead of one
+    ClusterRoleBinding, so it can create Jobs only there. None: every namespace.
+    """
+    values = {
         # The chart creates the service account; the Pod Identity association refers to it by this name.
         "serviceAccount": {"operator": {"create": True, "name": OPERATOR_SERVICE_ACCOUNT}},
         # Operator, metrics server and admission webhooks all run on the system node group, never on GPU nodes.
@@ -101,7 +114,29 @@ def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict]) ->
         # Pod Identity, not IRSA: no eks.amazonaws.com/role-arn annotation on the service account.
         "podIdentity": {"aws": {"irsa": {"enabled": False}}},
         "resources": {c: {k: dict(v) for k, v in r.items()} for c, r in KEDA_RESOURCES.items()},
+        "permissions": {"operator": {"restrict": {"secret": bool(restrict_secret_access)}},
+                        "metricServer": {"restrict": {"secret": bool(restrict_secret_access)}}},
+        # The chart's default scaledRefKinds [{apiGroup: "*", kind: "*"}] adds `get` on every resource, Secrets
+        # included, and scale on every `*/scale` to the operator's ClusterRole; Deployments and StatefulSets (all
+        # a ScaledObject here targets) and Jobs (a ScaledJob's) have rules of their own without it.
+        "rbac": {"enabledCustomScaledRefKinds": False},
     }
+    if watch_namespaces is not None:
+        values["watchNamespace"] = ",".join(watch_namespaces)
+    return values
+
+
+def check_watch_namespaces(watch_namespaces: list[str] | None) -> None:
+    """ConfigError unless `watch_namespaces` is None or a non-empty list of distinct namespace names."""
+    if watch_namespaces is None:
+        return
+    if (not isinstance(watch_namespaces, list) or not watch_namespaces
+            or len(set(watch_namespaces)) != len(watch_namespaces)):
+        raise ConfigError("KedaArgs.watch_namespaces", watch_namespaces,
+                          "None (every namespace) or a non-empty list of distinct namespace names")
+    for ns in watch_namespaces:
+        if not isinstance(ns, str) or not _DNS_LABEL.fullmatch(ns):
+            raise ConfigError("KedaArgs.watch_namespaces", ns, "a namespace name (a DNS label)")
 
 
 def operator_assume_policy(operator_role_arn: str, scaler_role_path: str = SCALER_ROLE_PATH) -> dict:
@@ -148,6 +183,15 @@ class KedaArgs:
     trigger_authentications: list[TriggerAuthSpec] = field(default_factory=list)
     """Extra TriggerAuthentications to declare (each GpuScaledJob declares its own through KedaScalerAuth).
     Default none."""
+    watch_namespaces: list[str] | None = None
+    """Namespaces KEDA watches and may create Jobs in (chart `watchNamespace`; its own is added by the chart).
+    A ScaledJob or ScaledObject in any other namespace is never scaled: list every namespace that has one (another
+    team's, attached through ExistingKeda, too). Default None: every namespace (a cluster-wide binding)."""
+    cluster_arn: pulumi.Input[str] | None = None
+    """The cluster's ARN for the operator role's trust policy. Default None: from the AWS provider."""
+    restrict_secret_access: bool = True
+    """The operator may read Secrets only in its own namespace (chart `permissions.operator.restrict.secret`):
+    TriggerAuthentications must use pod identity, never a secret in a workload namespace. Default True."""
 
 
 @names_its_errors
@@ -169,6 +213,7 @@ class Keda(pulumi.ComponentResource):
                 and "*" not in args.scaler_role_path):
             raise ConfigError("KedaArgs.scaler_role_path", args.scaler_role_path,
                               "an IAM path starting and ending with '/', without '*'")
+        check_watch_namespaces(args.watch_namespaces)
         # Check the extra TriggerAuthentications before anything is declared.
         manifests = [trigger_authentication_manifest(s, args.version) for s in args.trigger_authentications]
         self.version = args.version
@@ -189,7 +234,7 @@ class Keda(pulumi.ComponentResource):
         self.identity = WorkloadIdentity(
             f"{name}-operator",
             WorkloadIdentityArgs(cluster_name=args.cluster_name, namespace=self.namespace,
-                                 service_account=OPERATOR_SERVICE_ACCOUNT),
+                                 service_account=OPERATOR_SERVICE_ACCOUNT, cluster_arn=args.cluster_arn),
             opts=child)
         self.operator_role_arn = self.identity.role_arn
         aws.iam.RolePolicy(
@@ -203,7 +248,9 @@ class Keda(pulumi.ComponentResource):
             k8s.helm.v4.ChartArgs(
                 chart=KEDA_CHART.chart, version=args.version, namespace=self.namespace, name="keda",
                 repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=KEDA_CHART.repository),
-                values=keda_chart_values(args.system_node_selector, args.system_tolerations)),
+                values=keda_chart_values(args.system_node_selector, args.system_tolerations,
+                                         watch_namespaces=args.watch_namespaces,
+                                         restrict_secret_access=args.restrict_secret_access)),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, self.identity]))
         self.trigger_authentications = [
             k8s.apiextensions.CustomResource(

@@ -110,11 +110,14 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
                            root_volume_gib: int = 100, root_volume_iops: int = 3000,
                            root_volume_throughput_mibps: int = 125, kms_key_id: str | None = None,
                            tags: Mapping[str, str] | None = None, instance_store_policy: str | None = "RAID0",
-                           fast_image_pull: bool = True) -> dict:
+                           fast_image_pull: bool = True, subnet_selector_tags: Mapping[str, str] | None = None,
+                           security_group_selector_tags: Mapping[str, str] | None = None) -> dict:
     """The EC2NodeClass manifest for GPU nodes (a plain dict; raises ConfigError on a bad value).
 
-    Subnets and security groups are selected by the `karpenter.sh/discovery: <cluster_name>` tag that the Cluster
-    component sets. `node_role` is the node role's name; Karpenter makes the instance profile itself.
+    Subnets and security groups are selected by `subnet_selector_tags` / `security_group_selector_tags` (the
+    platform's GPU subnets and the GPU nodes' own group: `network.GPU_SUBNETS_TAG`, `network.GPU_NODES_TAG`), by
+    default the `karpenter.sh/discovery: <cluster_name>` tag that the Cluster component sets. `node_role` is the node
+    role's name; Karpenter makes the instance profile itself.
     `instance_store_policy` RAID0 (default) moves kubelet, containerd and SOCI state onto the local NVMe (images
     unpack at NVMe speed, ephemeral storage is the NVMe's size); `fast_image_pull` (default True) adds the NodeConfig
     user data that turns on parallel pull, refused when the images would land on a root volume under 600 MiB/s.
@@ -125,6 +128,12 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
               "root_volume_throughput_mibps": root_volume_throughput_mibps,
               "instance_store_policy": instance_store_policy, "fast_image_pull": fast_image_pull}, NODECLASS_RULES)
     _check_tags(tags)
+    for field_name, selector in (("subnet_selector_tags", subnet_selector_tags),
+                                 ("security_group_selector_tags", security_group_selector_tags)):
+        if selector is not None and not (isinstance(selector, Mapping) and selector and all(
+                isinstance(k, str) and k and isinstance(v, str) and v for k, v in selector.items())):
+            raise ConfigError(field_name, selector, "None or a non-empty mapping of tag keys to values, as plain "
+                                                    "strings")
     if fast_image_pull and instance_store_policy is None \
             and root_volume_throughput_mibps < catalogue.FAST_IMAGE_PULL_MIN_EBS_MIBPS:
         raise ConfigError("root_volume_throughput_mibps", root_volume_throughput_mibps,
@@ -157,8 +166,8 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
         "spec": {
             "role": node_role,
             "amiSelectorTerms": [{"alias": ami_alias}],
-            "subnetSelectorTerms": [{"tags": dict(discovery)}],
-            "securityGroupSelectorTerms": [{"tags": dict(discovery)}],
+            "subnetSelectorTerms": [{"tags": dict(subnet_selector_tags or discovery)}],
+            "securityGroupSelectorTerms": [{"tags": dict(security_group_selector_tags or discovery)}],
             # IMDSv2 only, and a hop limit of 1 so that pods (one hop further, behind the pod network) cannot reach
             # the instance metadata service at all: pods get AWS credentials from EKS Pod Identity, never from the
             # node role. Host-network daemons (the Pod Identity agent, the VPC CNI) still reach it.
@@ -212,6 +221,13 @@ class Ec2NodeClassArgs:
     root volume); None: the instance store is ignored. `instance_store_policy_for(types)` picks it for a family."""
     fast_image_pull: bool = True
     """nodeadm's FastImagePull feature gate (SOCI parallel pull) in the NodeConfig user data. Default True."""
+    subnet_selector_tags: dict[str, str] | None = None
+    """Tags selecting the GPU nodes' subnets (`subnetSelectorTerms`). Default None: `karpenter.sh/discovery:
+    <cluster_name>`; the platform passes `{network.GPU_SUBNETS_TAG: <cluster_name>}` (the subnets with no route out)."""
+    security_group_selector_tags: dict[str, str] | None = None
+    """Tags selecting the GPU nodes' security groups (`securityGroupSelectorTerms`). Default None:
+    `karpenter.sh/discovery: <cluster_name>` (the cluster's group); the platform passes
+    `{network.GPU_NODES_TAG: <cluster_name>}` (GpuNodeSecurity's group)."""
 
 
 @names_its_errors
@@ -223,7 +239,9 @@ class Ec2NodeClass(pulumi.ComponentResource):
             args.nodeclass_name, node_role=args.node_role, cluster_name=args.cluster_name, ami_alias=args.ami_alias,
             root_volume_gib=args.root_volume_gib, root_volume_iops=args.root_volume_iops,
             root_volume_throughput_mibps=args.root_volume_throughput_mibps, kms_key_id=args.kms_key_id,
-            tags=args.tags, instance_store_policy=args.instance_store_policy, fast_image_pull=args.fast_image_pull)
+            tags=args.tags, instance_store_policy=args.instance_store_policy, fast_image_pull=args.fast_image_pull,
+            subnet_selector_tags=args.subnet_selector_tags,
+            security_group_selector_tags=args.security_group_selector_tags)
         super().__init__("gpuburst:index:Ec2NodeClass", name, None, opts)
         self.nodeclass_name: str = args.nodeclass_name
         self.resource = k8s.apiextensions.CustomResource(

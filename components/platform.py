@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from .catalogue.network import GPU_NODE_MIRRORS
 from .cluster import Cluster, ClusterArgs
 from .config import StackConfig, WorkloadConfig, support_advisory
 from .consumer import GpuConsumer, GpuConsumerArgs
@@ -14,12 +17,23 @@ from .existing import ExistingNetwork
 from .image import WorkerImage, WorkerImageArgs
 from .karpenter import Karpenter, KarpenterArgs
 from .keda import Keda, KedaArgs
+from .keys import DataKey, DataKeyArgs
+from .network import (
+    GPU_NODES_TAG,
+    GPU_SUBNETS_TAG,
+    GpuNodeSecurity,
+    GpuNodeSecurityArgs,
+    WorkloadNetwork,
+    WorkloadNetworkArgs,
+    mirror_image,
+)
 from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, instance_store_policy_for
 from .nodepool import GpuNodePool, GpuNodePoolArgs
 from .planning.chooser import PatternChoice, choose_pattern, require_pattern
-from .pod import WorkerPodSettings
+from .pod import WorkerPodSettings, default_deny_network_policy
 from .queue import WorkQueue, WorkQueueArgs
 from .scaledjob import GpuScaledJob, GpuScaledJobArgs
+from .spec.names import control_plane_log_group
 from .spec.validation import ConfigError, names_its_errors
 from .spec.workload import WorkloadFacts
 from .storage import SlideStorage, SlideStorageArgs
@@ -27,6 +41,13 @@ from .warm_floor import WarmGpuFloor, WarmGpuFloorArgs
 
 WORKLOAD_NAMESPACE = "gpuburst"
 """Namespace of the worker ScaledJobs and Deployments (Pod Security Standard `restricted`, enforced)."""
+
+DEVICE_PLUGIN_IMAGE_SOURCE = "nvcr.io/nvidia/k8s-device-plugin"
+"""The device plugin's upstream image (a GPU_NODE_MIRRORS entry): the platform's GPU nodes run its mirrored copy."""
+(_PAUSE,) = [i for i in GPU_NODE_MIRRORS if i.repository == "kubernetes/pause"]
+PAUSE_SOURCE = _PAUSE.source
+PAUSE_TAG_AND_DIGEST = _PAUSE.tag + (f"@{_PAUSE.digest}" if _PAUSE.digest else "")
+"""The warm floor's pause image upstream, and the tag (and pinned digest) its mirrored copy keeps."""
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -56,14 +77,25 @@ class GpuBurstPlatform(pulumi.ComponentResource):
 
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None, *,
                  network: ExistingNetwork | None = None, namespace: str = WORKLOAD_NAMESPACE,
-                 create_namespace: bool = True) -> None:
-        """`network`: an existing VPC and its subnets for the cluster (default None: the account's default VPC).
+                 create_namespace: bool = True, s3_vpc_endpoint_ids: Sequence[pulumi.Input[str]] | None = None,
+                 break_glass_role_arns: Sequence[str] | None = None, keda_extra_watch_namespaces: Sequence[str] = (),
+                 control_plane_log_retention_days: int = 90) -> None:
+        """`network`: an existing VPC, its subnets and CIDR for the cluster (default None: the platform creates a
+        WorkloadNetwork from `config.vpc_cidr`: GPU subnets with no route out, VPC endpoints).
         `namespace`: the workloads' namespace (default `gpuburst`); `create_namespace` False when it exists already
-        (then it must enforce Pod Security `restricted` itself; default True)."""
+        (then it must enforce Pod Security `restricted` itself; default True). `s3_vpc_endpoint_ids`: the S3 VPC
+        endpoints the slides and results buckets may be reached through; every other request is refused except from
+        `break_glass_role_arns` (`SlideStorageArgs`). Default None: the platform's own network's S3 endpoints
+        (interface and gateway), none with an existing `network`. KEDA watches only
+        `namespace` and `keda_extra_watch_namespaces` (another team's namespaces with ScaledJobs; default none).
+        `control_plane_log_retention_days`: retention of the EKS control-plane log group (default 90)."""
         choices = choose_patterns(config)  # before super().__init__: a refusal registers nothing
         if network is not None and not isinstance(network, ExistingNetwork):
             raise ConfigError("GpuBurstPlatform network", network, "an ExistingNetwork(vpc_id, private_subnet_ids)")
         cluster_network = network.cluster_args() if network is not None else {}
+        # The worker's and the GPU nodes' only HTTPS destination: the VPC (its interface endpoints).
+        vpc_cidr = network.egress_cidr() if network is not None else config.vpc_cidr
+        existing_gpu_subnets = network.gpu_subnets() if network is not None else None
         if not (isinstance(namespace, str) and _DNS_LABEL.fullmatch(namespace)):
             raise ConfigError("GpuBurstPlatform namespace", namespace, "a DNS label (lower-case letters, digits, "
                                                                        "'-', at most 63 characters)")
@@ -74,38 +106,67 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         prefix = config.name_prefix
         tags = {"Project": "gpuburst", "Environment": config.environment}
         child = pulumi.ResourceOptions(parent=self)
+        # One customer-managed key for the stack's data at rest; the workers' roles share an IAM path it names.
+        worker_role_path = f"/{prefix}/workers/"
+        self.data_key = DataKey(f"{name}-data-key", DataKeyArgs(
+            alias=f"alias/{prefix}-data", worker_role_path=worker_role_path, region=config.region,
+            log_group_names=[control_plane_log_group(prefix)], tags=tags), opts=child)
+        data_key_arn = self.data_key.key_arn
+
+        # The network boundary (components/network.py): a VPC whose GPU subnets have no route out, unless given one.
+        self.network: WorkloadNetwork | None = None
+        if network is None:
+            self.network = WorkloadNetwork(f"{name}-network", WorkloadNetworkArgs(
+                name=prefix, region=config.region, cluster_name=prefix, vpc_cidr=vpc_cidr, tags=tags), opts=child)
+            cluster_network = self.network.cluster_args()
 
         self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
             name=prefix, kubernetes_version=config.kubernetes_version,
             support_type=config.upgrade_support_type, endpoint_public_access=config.endpoint_public_access,
-            public_access_cidrs=list(config.public_access_cidrs),
+            public_access_cidrs=list(config.public_access_cidrs) or None,
             system_instance_types=[config.system_node_instance_type],
             system_desired_size=config.system_node_count,
             system_max_size=max(config.system_node_count, config.system_node_count + 1),
+            secrets_kms_key_arn=data_key_arn, log_kms_key_arn=data_key_arn,
+            log_retention_days=control_plane_log_retention_days,
             **cluster_network,
             tags=tags), opts=child)
         # Everything in the cluster goes through the cluster's own provider, after the system nodes exist.
         in_cluster = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.cluster.k8s_provider})
+        # GPU nodes get a security group of their own (HTTPS and DNS into the VPC only), which Karpenter selects.
+        self.gpu_node_security = GpuNodeSecurity(f"{name}-gpu-node-security", GpuNodeSecurityArgs(
+            vpc_id=self.network.vpc_id if self.network is not None else cluster_network["vpc_id"], vpc_cidr=vpc_cidr,
+            cluster_security_group_id=self.cluster.cluster_security_group_id, cluster_name=prefix,
+            tag_subnet_ids=existing_gpu_subnets, tags=tags), opts=child)
 
         self.karpenter = Karpenter(f"{name}-karpenter", KarpenterArgs(
             cluster_name=prefix, version=config.karpenter_version, kubernetes_version=config.kubernetes_version,
-            wait_for=list(self.cluster.ready), tags=tags, batch_idle_s=config.karpenter_batch_idle_s,
-            batch_max_s=config.karpenter_batch_max_s), opts=in_cluster)
+            wait_for=[*self.cluster.ready, self.gpu_node_security], tags=tags,
+            batch_idle_s=config.karpenter_batch_idle_s, batch_max_s=config.karpenter_batch_max_s), opts=in_cluster)
         self.nodeclass = Ec2NodeClass(f"{name}-gpu-nodeclass", Ec2NodeClassArgs(
             node_role=self.karpenter.node_role_name, cluster_name=prefix, crd_chart=self.karpenter.crd_chart,
             ami_alias=config.ami_alias, tags=tags,
             instance_store_policy=(instance_store_policy_for(config.gpu_instance_types)
                                    if config.gpu_instance_store_policy == "RAID0" else None),
-            fast_image_pull=config.fast_image_pull), opts=in_cluster)
+            fast_image_pull=config.fast_image_pull, subnet_selector_tags={GPU_SUBNETS_TAG: prefix},
+            security_group_selector_tags={GPU_NODES_TAG: prefix}), opts=in_cluster)
         self.nodepool = GpuNodePool(f"{name}-gpu-nodepool", GpuNodePoolArgs(
             nodeclass_name=self.nodeclass.nodeclass_name, crd_chart=self.karpenter.crd_chart,
             gpu_limit=config.gpu_limit, instance_types=config.gpu_instance_types,
             capacity_types=config.gpu_capacity_types), opts=in_cluster)
+        # GPU subnets of the platform's own network have no route out: GPU nodes run the mirrored copies (the
+        # one-time `crane copy` lines: network.mirror_copy_commands, README "Network boundary").
+        mirrored: dict[str, pulumi.Output[str]] = {}
+        if self.network is not None:
+            account = aws.get_caller_identity_output().account_id
+            mirrored = {image.source: account.apply(lambda a, s=image.source: mirror_image(
+                s, account_id=a, region=config.region, name=prefix)) for image in GPU_NODE_MIRRORS}
         self.device_plugin = NvidiaDevicePlugin(f"{name}-nvidia-device-plugin", NvidiaDevicePluginArgs(
-            cdi_feature_flags=config.device_plugin_cdi_feature_flags),
-                                                opts=in_cluster)
-        self.keda = Keda(f"{name}-keda", KedaArgs(cluster_name=prefix, version=config.keda_version),
-                         opts=in_cluster)
+            cdi_feature_flags=config.device_plugin_cdi_feature_flags,
+            image_repository=mirrored.get(DEVICE_PLUGIN_IMAGE_SOURCE)), opts=in_cluster)
+        self.keda = Keda(f"{name}-keda", KedaArgs(
+            cluster_name=prefix, version=config.keda_version,
+            watch_namespaces=list(dict.fromkeys([namespace, *keda_extra_watch_namespaces]))), opts=in_cluster)
 
         self.namespace_name = namespace
         self.namespace: k8s.core.v1.Namespace | None = None if not create_namespace else k8s.core.v1.Namespace(
@@ -118,8 +179,21 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(parent=self)))
 
         namespace_dependency = [self.namespace] if self.namespace is not None else []
+        # Nothing in the workloads' namespace talks unless a policy of its own allows it (the worker's does).
+        deny = default_deny_network_policy(namespace)
+        self.default_deny = k8s.networking.v1.NetworkPolicy(
+            f"{name}-default-deny", metadata=deny["metadata"], spec=deny["spec"],
+            opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=namespace_dependency)))
 
-        self.storage = SlideStorage(f"{name}-storage", SlideStorageArgs(tags=tags), opts=child)
+        # The clinical buckets answer only through the VPC's S3 endpoints: the interface endpoint the GPU subnets
+        # use and the gateway the system subnets route to (a deploy from there stays in), or those given.
+        s3_endpoints = (list(s3_vpc_endpoint_ids) if s3_vpc_endpoint_ids is not None
+                        else [e.id for k, e in self.network.endpoints.items() if k in ("s3", "s3-gateway")]
+                        if self.network is not None else None)
+        self.storage = SlideStorage(f"{name}-storage", SlideStorageArgs(
+            tags=tags, kms_key_arn=data_key_arn, vpc_endpoint_ids=s3_endpoints or None,
+            break_glass_role_arns=list(break_glass_role_arns) if break_glass_role_arns is not None else None),
+            opts=child)
         self.image = WorkerImage(f"{name}-worker-image", WorkerImageArgs(tags=tags), opts=child)
 
         # The warm floor's placeholders hold GPU nodes on a schedule; the workloads then run at a higher priority
@@ -132,7 +206,9 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 namespace=namespace, count=warm.count, start=warm.start, end=warm.end,
                 timezone=warm.timezone, keda_chart=self.keda.chart,
                 depends_on=[*namespace_dependency, self.nodepool.resource, self.device_plugin.chart],
-                pod=WorkerPodSettings(image=self.image.image_ref)), opts=in_cluster)
+                pod=WorkerPodSettings(image=self.image.image_ref),
+                **({"pause_image": mirrored[PAUSE_SOURCE].apply(lambda r: f"{r}:{PAUSE_TAG_AND_DIGEST}")}
+                   if PAUSE_SOURCE in mirrored else {})), opts=in_cluster)
             workload_priority = [self.warm_floor.workload_priority_class]
 
         self.queues: dict[str, WorkQueue] = {}
@@ -143,7 +219,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 name=f"{prefix}-{w.name}", expected_processing_s=w.expected_processing_s, fifo=w.ordered,
                 max_receive_count=config.max_receive_count, alarm_emails=list(config.alarm_emails),
                 oldest_message_alarm_s=max(config.oldest_message_alarm_s, 2 * w.expected_processing_s),
-                tags=tags), opts=child)
+                kms_key_id=data_key_arn, tags=tags), opts=child)
             self.queues[w.name] = queue
             pod = WorkerPodSettings(image=self.image.image_ref, visibility_timeout_s=queue.visibility_timeout_s,
                                     region=config.region,
@@ -157,7 +233,10 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                           queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
                           bucket_arn=self.storage.results_bucket_arn,
                           slides_bucket_arn=self.storage.slides_bucket_arn, pod=pod,
-                          slides_prefix=self.storage.slides_prefix, results_prefix=self.storage.results_prefix)
+                          slides_prefix=self.storage.slides_prefix, results_prefix=self.storage.results_prefix,
+                          queue_kms_key_arn=data_key_arn, bucket_kms_key_arn=data_key_arn,
+                          slides_bucket_kms_key_arn=data_key_arn, role_path=worker_role_path,
+                          egress_cidrs=(vpc_cidr,))
             if choices[w.name].pattern == "scaledjob":
                 self.workloads[w.name] = GpuScaledJob(f"{w.name}", GpuScaledJobArgs(
                     keda=self.keda, facts=workload_facts(w), scaler_identity_owner=config.keda_identity_owner,

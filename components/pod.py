@@ -12,7 +12,12 @@ from typing import Any
 import pulumi
 
 from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION, WORKER_UID
-from .spec.policy_documents import policy_document, queue_consumer_statements, s3_prefix_statements
+from .spec.policy_documents import (
+    dead_letter_sender_statements,
+    policy_document,
+    queue_consumer_statements,
+    s3_prefix_statements,
+)
 from .spec.quantity import fmt_cpu
 from .spec.validation import ConfigError
 from .spec.worker_pod import DO_NOT_DISRUPT, SCRATCH_PATH, TMP_PATH, WorkerPodSettings, check_settings, checked_image
@@ -40,6 +45,11 @@ def worker_env(s: WorkerPodSettings, queue_url: pulumi.Input[str]) -> list[dict[
         {"name": "HOME", "value": TMP_PATH},
         {"name": "XDG_CACHE_HOME", "value": f"{TMP_PATH}/.cache"},
         {"name": "AWS_REGION", "value": s.region},
+        # Regional S3 and STS hosts: the SDKs' us-east-1 default for S3 is the global s3.amazonaws.com, which the
+        # VPC's S3 interface endpoint (private DNS) does not answer for, and the worker may send HTTPS only into the
+        # VPC (worker_network_policy).
+        {"name": "AWS_S3_US_EAST_1_REGIONAL_ENDPOINT", "value": "regional"},
+        {"name": "AWS_STS_REGIONAL_ENDPOINTS", "value": "regional"},
         # 'cuda', not 'auto': on a node without a usable GPU the worker exits 3 at once instead of running on CPU.
         {"name": "DEVICE", "value": "cuda"},
     ]
@@ -151,7 +161,8 @@ def worker_policy(queue_arn: pulumi.Input[str], bucket_arn: pulumi.Input[str], s
                           "same bucket (the worker may never write where the slides are)")
     statements = queue_consumer_statements(queue_arn, kms_key_arn=queue_kms_key_arn)
     if dead_letter_queue_arn is not None:
-        statements.append({"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": dead_letter_queue_arn})
+        # The DLQ shares the work queue's key: sending to it needs kms:GenerateDataKey as well.
+        statements += dead_letter_sender_statements(dead_letter_queue_arn, kms_key_arn=queue_kms_key_arn)
     if same_bucket:
         statements += s3_prefix_statements(bucket_arn, [slides_prefix, results_prefix], [results_prefix],
                                            kms_key_arn=bucket_kms_key_arn)
@@ -167,13 +178,42 @@ POD_IDENTITY_AGENT_CIDRS = ("169.254.170.23/32", "fd00:ec2::23/128")
 """Where the EKS Pod Identity agent listens (link-local, port 80, on every node): the worker's AWS credentials."""
 
 
-def worker_network_policy(name: str, namespace: str, pod_labels: dict[str, str]) -> dict[str, Any]:
-    """A NetworkPolicy for the worker pods: no ingress at all (the worker listens on nothing); egress only to DNS,
-    the Pod Identity agent, and HTTPS (SQS, S3 and the other AWS APIs, directly or through VPC endpoints).
+def check_egress_cidrs(cidrs: Any) -> tuple[str, ...]:
+    """`cidrs` as a tuple after the check: private IPv4 CIDRs (the VPC's), never 0.0.0.0/0 or ::/0; ConfigError in
+    one line naming `WorkerAccessArgs.egress_cidrs` otherwise. None or empty: no HTTPS egress at all."""
+    from .network import private_cidr_problem
 
-    It takes effect where the CNI enforces NetworkPolicy (VPC CNI with network policy enabled); elsewhere it is
-    inert, never harmful.
+    if cidrs is None:
+        return ()
+    if isinstance(cidrs, str) or not isinstance(cidrs, (list, tuple)):
+        raise ConfigError("WorkerAccessArgs.egress_cidrs", cidrs, "a list of CIDRs such as ['10.64.0.0/16']")
+    for cidr in cidrs:
+        problem = private_cidr_problem(cidr)
+        if problem:
+            raise ConfigError("WorkerAccessArgs.egress_cidrs", cidr,
+                              f"{problem}: the VPC's private CIDR, where the interface endpoints live")
+    return tuple(cidrs)
+
+
+def worker_network_policy(name: str, namespace: str, pod_labels: dict[str, str], *,
+                          egress_cidrs: Any) -> dict[str, Any]:
+    """A NetworkPolicy for the worker pods: no ingress at all (the worker listens on nothing); egress only to DNS
+    (kube-dns), the Pod Identity agent, and HTTPS to `egress_cidrs` (the VPC's CIDR: SQS, S3, STS, ECR and the other
+    AWS APIs through the VPC's interface endpoints, never the internet).
+
+    `egress_cidrs` empty or None leaves HTTPS out entirely (the worker then reaches no AWS API). The cluster enforces
+    it: VPC CNI's network policy agent is on (`Cluster`, `vpcCniOptions.enableNetworkPolicy`).
     """
+    cidrs = check_egress_cidrs(egress_cidrs)
+    egress: list[dict[str, Any]] = [
+        {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"to": [{"ipBlock": {"cidr": c}} for c in POD_IDENTITY_AGENT_CIDRS],
+         "ports": [{"protocol": "TCP", "port": 80}]},
+    ]
+    if cidrs:
+        egress.append({"to": [{"ipBlock": {"cidr": c}} for c in cidrs], "ports": [{"protocol": "TCP", "port": 443}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -182,16 +222,23 @@ def worker_network_policy(name: str, namespace: str, pod_labels: dict[str, str])
             "podSelector": {"matchLabels": dict(pod_labels)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [],
-            "egress": [
-                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
-                {"to": [{"ipBlock": {"cidr": c}} for c in POD_IDENTITY_AGENT_CIDRS],
-                 "ports": [{"protocol": "TCP", "port": 80}]},
-                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
-                 "ports": [{"protocol": "TCP", "port": 443}]},
-            ],
+            "egress": egress,
         },
+    }
+
+
+DEFAULT_DENY_NAME = "default-deny"
+"""Name of the workload namespace's default-deny NetworkPolicy."""
+
+
+def default_deny_network_policy(namespace: str, name: str = DEFAULT_DENY_NAME) -> dict[str, Any]:
+    """A NetworkPolicy selecting every pod of `namespace` and allowing nothing in or out: a pod there talks only as
+    far as another policy (the worker's) allows."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": []},
     }
 
 
@@ -226,8 +273,19 @@ class WorkerAccessArgs:
     only). Default None (bad messages reach it through the redrive policy after maxReceiveCount)."""
     bucket_kms_key_arn: pulumi.Input[str] | None = None
     """Customer-managed key of the results bucket (bucket_arn), if any. Default None."""
+    role_path: str = "/"
+    """IAM path of the worker's role (`WorkloadIdentityArgs.role_path`): the platform's data key lets roles under its
+    workers' path use it through S3 and SQS. Default `/`."""
+    cluster_arn: pulumi.Input[str] | None = None
+    """The cluster's ARN for the role's trust policy. Default None: from the AWS provider (`WorkloadIdentityArgs`)."""
     network_policy: bool = True
-    """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS). Default True."""
+    """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS to egress_cidrs). Default
+    True."""
+    egress_cidrs: tuple[str, ...] | None = None
+    """Where the worker may send HTTPS: the VPC's private IPv4 CIDR(s), where the interface endpoints answer for SQS,
+    S3 and the other AWS APIs (GpuBurstPlatform passes its VPC's; a stack attached to an existing cluster passes that
+    cluster's VPC CIDR). 0.0.0.0/0 and ::/0 are refused. Default None: no HTTPS egress, so the worker reaches no AWS
+    API where NetworkPolicy is enforced (a warning says so)."""
     queue_visibility_timeout_s: int | None = None
     """The work queue's visibility timeout, seconds, when known (`WorkQueue.visibility_timeout_s`): the pod's
     `visibility_timeout_s` must equal it, or the worker renews on the wrong clock (too short a value lets a slow
@@ -253,6 +311,9 @@ def declare_worker_identity(name: str, args: WorkerAccessArgs, service_account_n
     from .identity import WorkloadIdentity, WorkloadIdentityArgs
 
     check_queue_visibility(args)
+    if args.network_policy and not check_egress_cidrs(args.egress_cidrs):
+        pulumi.log.warn(f"{name}: WorkerAccessArgs.egress_cidrs is not set: the worker NetworkPolicy allows no HTTPS, "
+                        "so the worker reaches no AWS API (pass the VPC's CIDR)")
     policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
                            slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
                            dead_letter_queue_arn=args.dead_letter_queue_arn,
@@ -263,5 +324,6 @@ def declare_worker_identity(name: str, args: WorkerAccessArgs, service_account_n
         automount_service_account_token=False, opts=opts)
     identity = WorkloadIdentity(
         f"{name}-worker", WorkloadIdentityArgs(cluster_name=args.cluster_name, namespace=args.namespace,
-                                               service_account=service_account_name, policy=policy), opts=opts)
+                                               service_account=service_account_name, policy=policy,
+                                               role_path=args.role_path, cluster_arn=args.cluster_arn), opts=opts)
     return service_account, identity

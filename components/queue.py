@@ -75,9 +75,12 @@ class WorkQueueArgs:
     """FIFO queues (`.fifo` names, content-based dedup, high-throughput mode: `deduplication_scope=messageGroup`,
     `fifo_throughput_limit=perMessageGroupId`). Producers set MessageGroupId = the message's `study`, so slides of
     one study are processed in order, one at a time, while different studies run in parallel. Default False."""
-    kms_key_id: str | None = None
-    """Customer-managed KMS key (ARN, `alias/...` or key id) to encrypt both queues with (SSE-KMS). Default None:
-    SQS-managed SSE (SSE-SQS), which needs no key policy and no KMS permission on the consumers' roles."""
+    kms_key_id: pulumi.Input[str] | None = None
+    """Customer-managed KMS key (ARN, `alias/...` or key id; may be an Output, e.g. `DataKey.key_arn`) to encrypt
+    both queues with (SSE-KMS). Consumers then need kms:Decrypt and producers kms:GenerateDataKey and kms:Decrypt on
+    it (`queue_consumer_statements`/`queue_producer_statements(kms_key_arn=...)`). The alarm topic keeps its own key
+    (CloudWatch must be allowed to use it). Default None: SQS-managed SSE (SSE-SQS), which needs no key policy and no
+    KMS permission on the consumers' roles."""
     kms_data_key_reuse_s: int = 300
     """With `kms_key_id`: seconds SQS reuses a data key before calling KMS again (60..86400). Default 300."""
     alarm_emails: list[str] = field(default_factory=list)
@@ -116,8 +119,8 @@ RULES: tuple[Rule, ...] = (
     Rule("max_receive_count", is_int_between(1, 1000), "an int in 1..1000"),
     Rule("message_retention_s", is_int_between(60, 1209600), "an int of seconds in 60..1209600 (1 minute..14 days)"),
     Rule("fifo", lambda v: isinstance(v, bool), "true or false"),
-    Rule("kms_key_id", lambda v: v is None or (isinstance(v, str) and bool(_KMS_KEY.match(v))),
-         "None or a KMS key ARN, 'alias/NAME' or key id"),
+    Rule("kms_key_id", lambda v: v is None or isinstance(v, pulumi.Output) or (
+        isinstance(v, str) and bool(_KMS_KEY.match(v))), "None or a KMS key ARN, 'alias/NAME' or key id"),
     Rule("kms_data_key_reuse_s", is_int_between(60, 86400), "an int of seconds in 60..86400"),
     Rule("alarm_emails", _is_email_list,
          "a list of at least one distinct email address (the alarms are the only signal that work is stuck)"),
@@ -171,7 +174,7 @@ def queue_names(name: str, fifo: bool) -> tuple[str, str]:
     return f"{name}{suffix}", f"{name}{DLQ_SUFFIX}{suffix}"
 
 
-def _common_attributes(args: WorkQueueArgs) -> dict[str, str]:
+def _common_attributes(args: WorkQueueArgs) -> dict[str, Any]:
     attrs = {
         "VisibilityTimeout": str(derived_visibility_timeout_s(args.expected_processing_s)),
         "ReceiveMessageWaitTimeSeconds": str(RECEIVE_WAIT_TIME_S),
@@ -193,14 +196,15 @@ def _common_attributes(args: WorkQueueArgs) -> dict[str, str]:
     return attrs
 
 
-def queue_attributes(args: WorkQueueArgs) -> dict[str, str]:
-    """The work queue's SQS attributes (CreateQueue names and string values), without the RedrivePolicy."""
+def queue_attributes(args: WorkQueueArgs) -> dict[str, Any]:
+    """The work queue's SQS attributes (CreateQueue names and string values; `KmsMasterKeyId` may be an Output),
+    without the RedrivePolicy."""
     attrs = _common_attributes(args)
     attrs["MessageRetentionPeriod"] = str(args.message_retention_s)
     return attrs
 
 
-def dead_letter_attributes(args: WorkQueueArgs) -> dict[str, str]:
+def dead_letter_attributes(args: WorkQueueArgs) -> dict[str, Any]:
     """The DLQ's SQS attributes: same visibility, polling, encryption and FIFO-ness; 14 days' retention."""
     attrs = _common_attributes(args)
     attrs["MessageRetentionPeriod"] = str(DLQ_RETENTION_S)
@@ -240,14 +244,15 @@ _PULUMI_QUEUE_ARGS: dict[str, tuple[str, type]] = {
 """SQS attribute name -> (aws.sqs.Queue keyword, Python type)."""
 
 
-def pulumi_queue_args(attributes: dict[str, str]) -> dict[str, Any]:
-    """Translate SQS attributes into `aws.sqs.Queue` keyword arguments (plain values, known during preview)."""
+def pulumi_queue_args(attributes: dict[str, Any]) -> dict[str, Any]:
+    """Translate SQS attributes into `aws.sqs.Queue` keyword arguments (plain values, known during preview; an
+    Output, such as a key ARN, is passed through)."""
     out: dict[str, Any] = {}
     for key, value in attributes.items():
         if key not in _PULUMI_QUEUE_ARGS:
             raise KeyError(f"no aws.sqs.Queue argument for SQS attribute {key!r}")
         kw, typ = _PULUMI_QUEUE_ARGS[key]
-        out[kw] = (value == "true") if typ is bool else typ(value)
+        out[kw] = value if isinstance(value, pulumi.Output) else (value == "true") if typ is bool else typ(value)
     return out
 
 

@@ -203,7 +203,8 @@ class GpuScaledJob(pulumi.ComponentResource):
                 *([args.keda.chart] if args.keda.chart is not None else []), service_account, self.identity,
                 self.scaler]))
         if args.network_policy:
-            np_ = worker_network_policy(name, args.namespace, manifest["metadata"]["labels"])
+            np_ = worker_network_policy(name, args.namespace, manifest["metadata"]["labels"],
+                                        egress_cidrs=args.egress_cidrs)
             k8s.networking.v1.NetworkPolicy(f"{name}-netpol", metadata=np_["metadata"], spec=np_["spec"], opts=child)
         self.register_outputs({"roleArn": self.role_arn, "serviceAccountName": self.service_account_name,
                                "scalerRoleArn": self.scaler.role_arn})

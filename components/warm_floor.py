@@ -103,9 +103,11 @@ def prepull_init_container(image: Any) -> dict[str, Any]:
 
 
 def placeholder_deployment_manifest(namespace: str, *, name: str = PLACEHOLDER_NAME,
-                                    pod: WorkerPodSettings | None = None) -> dict[str, Any]:
-    """The placeholder apps/v1 Deployment: 0 replicas (KEDA sets them), pause pods the worker's size with one GPU
-    each, placed like the workers; with `pod.image` set, each first pre-pulls the worker image (init container)."""
+                                    pod: WorkerPodSettings | None = None,
+                                    pause_image: Any = PAUSE_IMAGE) -> dict[str, Any]:
+    """The placeholder apps/v1 Deployment: 0 replicas (KEDA sets them), pause pods (`pause_image`, default the
+    catalogue's) the worker's size with one GPU each, placed like the workers; with `pod.image` set, each first
+    pre-pulls the worker image (init container)."""
     resources = placeholder_resources(pod)
     image = pod.image if pod is not None else ""
     pod_spec = {
@@ -121,7 +123,7 @@ def placeholder_deployment_manifest(namespace: str, *, name: str = PLACEHOLDER_N
         **({"initContainers": [prepull_init_container(image)]} if image else {}),
         "containers": [{
             "name": "pause",
-            "image": PAUSE_IMAGE,
+            "image": pause_image,
             "imagePullPolicy": "IfNotPresent",
             "resources": {"requests": dict(resources), "limits": dict(resources)},
             "securityContext": {"runAsNonRoot": True, "runAsUser": PLACEHOLDER_UID, "runAsGroup": PLACEHOLDER_UID,
@@ -184,6 +186,9 @@ class WarmGpuFloorArgs:
     """The worker pod whose CPU, memory and ephemeral storage each placeholder reserves (with one GPU), and whose
     image it pre-pulls. Default None: WorkerPodSettings' defaults and no pre-pull (the node is held, the image is
     not cached)."""
+    pause_image: pulumi.Input[str] = PAUSE_IMAGE
+    """The placeholders' pause image. Default: the catalogue's PAUSE_IMAGE (registry.k8s.io, by digest); the stack's
+    ECR mirror of it when GPU nodes have no route to the internet (network.WorkloadNetwork)."""
 
 
 @names_its_errors
@@ -193,7 +198,7 @@ class WarmGpuFloor(pulumi.ComponentResource):
     def __init__(self, name: str, args: WarmGpuFloorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         scaled_object = warm_floor_scaled_object_manifest(args.namespace, count=args.count, start=args.start,
                                                           end=args.end, timezone=args.timezone)
-        deployment = placeholder_deployment_manifest(args.namespace, pod=args.pod)
+        deployment = placeholder_deployment_manifest(args.namespace, pod=args.pod, pause_image=args.pause_image)
         super().__init__("gpuburst:index:WarmGpuFloor", name, None, opts)
         self.priority_classes: dict[str, k8s.scheduling.v1.PriorityClass] = {}
         for m in priority_class_manifests():

@@ -12,6 +12,8 @@ if __name__.startswith("gpuburst."):
     from ..spec import names, quantity
     from ..spec.names import (
         CAPACITY_TYPE_LABEL,
+        CLINICAL_SLIDES,
+        DATA_CLASS_TAG,
         GPU_PRESENT_LABEL,
         GPU_RESOURCE,
         GPU_TAINT,
@@ -20,6 +22,8 @@ if __name__.startswith("gpuburst."):
         NODEPOOL_LABEL,
         POOL_LABEL,
         SYSTEM_POOL,
+        WORKER_LABEL,
+        control_plane_log_group,
     )
     from ..spec.quantity import GI, MI, fmt_cpu, fmt_mem, parse_quantity
     from ..synth.mocks import UNKNOWN as PLAN_UNKNOWN
@@ -28,6 +32,8 @@ else:
     from components.spec import names, quantity
     from components.spec.names import (
         CAPACITY_TYPE_LABEL,
+        CLINICAL_SLIDES,
+        DATA_CLASS_TAG,
         GPU_PRESENT_LABEL,
         GPU_RESOURCE,
         GPU_TAINT,
@@ -36,10 +42,13 @@ else:
         NODEPOOL_LABEL,
         POOL_LABEL,
         SYSTEM_POOL,
+        WORKER_LABEL,
+        control_plane_log_group,
     )
     from components.spec.quantity import GI, MI, fmt_cpu, fmt_mem, parse_quantity
     from components.synth.mocks import UNKNOWN as PLAN_UNKNOWN
 
-__all__ = ["CAPACITY_TYPE_LABEL", "GI", "GPU_PRESENT_LABEL", "GPU_RESOURCE", "GPU_TAINT", "GPU_TOLERATION",
-           "INSTANCE_TYPE_LABEL", "MI", "NODEPOOL_LABEL", "PLAN_UNKNOWN", "POOL_LABEL", "SYSTEM_POOL", "catalogue",
-           "fmt_cpu", "fmt_mem", "names", "parse_quantity", "quantity"]
+__all__ = ["CAPACITY_TYPE_LABEL", "CLINICAL_SLIDES", "DATA_CLASS_TAG", "GI", "GPU_PRESENT_LABEL", "GPU_RESOURCE",
+           "GPU_TAINT", "GPU_TOLERATION", "INSTANCE_TYPE_LABEL", "MI", "NODEPOOL_LABEL", "PLAN_UNKNOWN", "POOL_LABEL",
+           "SYSTEM_POOL", "WORKER_LABEL", "catalogue", "control_plane_log_group", "fmt_cpu", "fmt_mem", "names",
+           "parse_quantity", "quantity"]

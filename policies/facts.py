@@ -70,6 +70,9 @@ FACTS: dict[str, FactKey] = {f.key: f for f in (
              "description": "Labels of the system node group's nodes (e.g. {\"gpuburst.io/pool\": \"system\"})"}),
     FactKey("devicePlugin", EXISTING_CLUSTER, "devicePlugin",
             {"type": "boolean", "description": "Whether the NVIDIA device plugin runs on the cluster"}),
+    FactKey("networkPolicyEnforced", EXISTING_CLUSTER, "networkPolicyEnforced",
+            {"type": "boolean", "description": "Whether the cluster's VPC CNI enforces NetworkPolicies "
+                                               "(enableNetworkPolicy)"}),
     FactKey("nodeClassRootVolumeGiB", EXISTING_CLUSTER, "nodeClasses",
             {"type": "object", "additionalProperties": {"type": "number"},
              "description": "Root volume in GiB of each EC2NodeClass another stack declares, by name"},

@@ -115,11 +115,23 @@ def _chart_namespace(r: Res, resources: list[Res]) -> str | None:
     return None
 
 
+def is_pause_image(image: Any) -> bool:
+    """The catalogue's pause image, or a mirror of it (any `.../pause` repository at the very same pinned digest:
+    the platform's GPU nodes pull it from the stack's ECR copy)."""
+    if not isinstance(image, str):
+        return False
+    if image == catalogue.PAUSE_IMAGE:
+        return True
+    name, _, digest = image.partition("@")
+    _, _, pinned = catalogue.PAUSE_IMAGE.partition("@")
+    repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    return bool(pinned) and digest == pinned and repository.rsplit("/", 1)[-1] == "pause"
+
+
 def is_placeholder(pod: Any) -> bool:
-    """Whether a pod spec only runs the catalogue's pause image (the warm GPU floor's capacity placeholder)."""
+    """Whether a pod spec only runs the pause image (the warm GPU floor's capacity placeholder)."""
     containers = pod.get("containers") if isinstance(pod, dict) else None
-    return bool(containers) and all(isinstance(c, dict) and c.get("image") == catalogue.PAUSE_IMAGE
-                                    for c in containers)
+    return bool(containers) and all(isinstance(c, dict) and is_pause_image(c.get("image")) for c in containers)
 
 
 def intended_users(resources: list[Res]) -> list[tuple[Res, str | None, Any, str]]:

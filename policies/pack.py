@@ -6,13 +6,17 @@ from pulumi_policy import EnforcementLevel, Policy, PolicyPack
 from . import (
     ami,
     boundary,
+    buckets,
     gpu_nodepool,
     hardware,
     keda_provider,
+    keys,
+    network,
     nodepool_diversity,
     plan_complete,
     queues,
     schedulability,
+    trust,
     versions,
     wiring,
     workloads,
@@ -22,7 +26,7 @@ PACK_NAME = "gpuburst-guardrails"
 """The pack's name as the engine reports it (letters, digits, `-`, `_`, `.`)."""
 
 RULE_MODULES = (nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues, workloads, wiring,
-                schedulability, hardware, plan_complete, boundary)
+                schedulability, hardware, network, trust, buckets, keys, plan_complete, boundary)
 """One module per rule area; each exports `POLICIES`."""
 
 
@@ -44,6 +48,6 @@ def serve() -> None:
         policies=all_policies(),
         # Every policy sets its own level; this default only covers a policy that forgot to.
         enforcement_level=EnforcementLevel.MANDATORY,
-        description="gpuburst guardrails: GPU NodePools, KEDA, AMIs, chart and Kubernetes versions, SQS queues and "
-                    "GPU workloads, judged offline over the analyzer protocol.",
+        description="gpuburst guardrails: GPU NodePools, KEDA, AMIs, chart and Kubernetes versions, SQS queues, "
+                    "GPU workloads and the clinical-data boundary, judged offline over the analyzer protocol.",
     )

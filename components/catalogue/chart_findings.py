@@ -45,7 +45,6 @@ _PLUGIN = "DaemonSet/nvidia-device-plugin"
 _MPS = "DaemonSet/nvidia-device-plugin-mps-control-daemon"
 _KEDA_DEPLOYMENTS = ("Deployment/keda-admission-webhooks", "Deployment/keda-operator",
                      "Deployment/keda-operator-metrics-apiserver")
-_KEDA_PODS = ("Pod/keda-admission-webhooks", "Pod/keda-operator", "Pod/keda-operator-metrics-apiserver")
 _MPS_ONLY = ("the MPS control daemon's DaemonSet selects only nodes labelled nvidia.com/mps.capable=true, which only "
              "GPU feature discovery sets for an MPS sharing config; this stack installs neither (gfd.enabled false, no "
              "sharing config), so no pod of it ever runs; the chart renders it unconditionally with a privileged, "
@@ -53,15 +52,6 @@ _MPS_ONLY = ("the MPS control daemon's DaemonSet selects only nodes labelled nvi
 
 CHART_FINDINGS: tuple[ChartFinding, ...] = (
     # -- every chart -------------------------------------------------------------------------------------------
-    ChartFinding("karpenter", "CKV2_K8S_6", ("Pod/karpenter",),
-                 "no NetworkPolicy in kube-system yet: the controller must reach the EC2, SQS, pricing and SSM APIs "
-                 "and the API server; restricting controller namespaces is the network-boundary work (issue 19)"),
-    ChartFinding("keda", "CKV2_K8S_6", _KEDA_PODS,
-                 "no NetworkPolicy in the keda namespace yet: the API server calls the metrics server and the "
-                 "webhooks, and the operator reaches SQS; restricting it is the network-boundary work (issue 19)"),
-    ChartFinding(_DP, "CKV2_K8S_6", ("Pod/nvidia-device-plugin", "Pod/nvidia-device-plugin-mps-control-daemon"),
-                 "no NetworkPolicy in the device plugin's namespace yet; the plugin talks only to the kubelet's "
-                 "socket and (0.20) reads its node from the API server; see the network-boundary work (issue 19)"),
     ChartFinding("karpenter", "CKV_K8S_38", ("Deployment/karpenter",),
                  "the controller is a Kubernetes client (NodeClaims, nodes, pods): it needs its service account token"),
     ChartFinding("keda", "CKV_K8S_38", _KEDA_DEPLOYMENTS,

@@ -3,6 +3,7 @@ naming the key and the value, before any resource exists."""
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import re
 import zoneinfo
@@ -10,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import catalogue
+from ..catalogue.network import PRIVATE_IPV4_RANGES
 from ..planning.chooser import require_pattern
 from ..spec.validation import ConfigError, Rule, is_cdi_feature_flag, is_int_between, validate
 from .stack import BURST_BUDGET_MAX_S, NAMESPACE, WARM_GPUS_MAX, BurstBudget, StackConfig, WarmGpus, WorkloadConfig
@@ -34,6 +36,17 @@ _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 def _is_cidr(v: Any) -> bool:
     m = _CIDR.match(str(v))
     return bool(m) and all(int(x) <= 255 for x in m.groups()[:4]) and int(m.group(5)) <= 32
+
+
+def _vpc_cidr_problem(v: str) -> str | None:
+    """Why `v` is not a VPC CIDR the platform can create (private IPv4, /16 to /20), or None."""
+    try:
+        net = ipaddress.ip_network(v, strict=True)
+    except ValueError:
+        return "not a CIDR"
+    if net.version != 4 or not any(net.subnet_of(ipaddress.ip_network(r)) for r in PRIVATE_IPV4_RANGES):
+        return "not a private IPv4 range"
+    return None if 16 <= net.prefixlen <= 20 else "not /16 to /20"
 
 
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*?,/-]+$")
@@ -132,6 +145,7 @@ _KEYS: dict[str, str] = {
     "systemNodeCount": "system_node_count",
     "endpointPublicAccess": "endpoint_public_access",
     "publicAccessCidrs": "public_access_cidrs",
+    "vpcCidr": "vpc_cidr",
     "maxReceiveCount": "max_receive_count",
     "oldestMessageAlarmS": "oldest_message_alarm_s",
     "alarmEmails": "alarm_emails",
@@ -216,8 +230,12 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
              "an EC2 instance type such as m6i.large"),
         Rule("systemNodeCount", is_int_between(1, 10), "an integer from 1 to 10"),
         Rule("endpointPublicAccess", lambda v: isinstance(v, bool), "true or false"),
-        Rule("publicAccessCidrs", lambda v: _str_list(v) and len(v) >= 1 and all(_is_cidr(x) for x in v),
-             "a non-empty list of IPv4 CIDRs such as 203.0.113.0/24"),
+        Rule("publicAccessCidrs", lambda v: _str_list(v) and len(v) >= 1
+             and all(_is_cidr(x) and not x.endswith("/0") for x in v),
+             "a non-empty list of IPv4 CIDRs such as 203.0.113.0/24, never 0.0.0.0/0 (the API endpoint would be open "
+             "to the internet)"),
+        Rule("vpcCidr", lambda v: isinstance(v, str) and _vpc_cidr_problem(v) is None,
+             "a private IPv4 CIDR from /16 to /20 such as 10.64.0.0/16 (RFC 1918 or 100.64.0.0/10)"),
         Rule("maxReceiveCount", is_int_between(1, 1000), "an integer from 1 to 1000"),
         Rule("oldestMessageAlarmS", is_int_between(60, 1209600), "seconds from 60 to 1209600"),
         Rule("alarmEmails", lambda v: _str_list(v) and len(v) >= 1 and all(_EMAIL.match(x) for x in v),
@@ -307,6 +325,13 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
     if region:
         kwargs["region"] = _decode(region)
     cfg = StackConfig(**kwargs)
+    if cfg.endpoint_public_access and not cfg.public_access_cidrs:
+        raise ConfigError(prefix + "publicAccessCidrs", None,
+                          "required with endpointPublicAccess: true: the CIDRs that may reach the API endpoint, e.g. "
+                          "[203.0.113.0/24] (unset, AWS would open it to 0.0.0.0/0)")
+    if cfg.public_access_cidrs and not cfg.endpoint_public_access:
+        raise ConfigError(prefix + "publicAccessCidrs", list(cfg.public_access_cidrs),
+                          "unset unless endpointPublicAccess is true (there is no public endpoint to open)")
     if cfg.karpenter_batch_max_s < cfg.karpenter_batch_idle_s:
         raise ConfigError(prefix + "karpenterBatchMaxS", cfg.karpenter_batch_max_s,
                           f"seconds >= karpenterBatchIdleS = {cfg.karpenter_batch_idle_s} (the idle window ends a "

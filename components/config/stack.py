@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import catalogue
+from ..catalogue.network import DEFAULT_VPC_CIDR
 from ..planning.chooser import choose_pattern
 from ..spec.workload import WorkloadFacts, parallel_blocker
 
@@ -142,10 +143,15 @@ class StackConfig:
     """Instance type of the system node group that runs controllers. Default: m6i.large."""
     system_node_count: int = 2
     """Nodes in the system node group. Default: 2."""
-    endpoint_public_access: bool = True
-    """Whether the EKS API endpoint is reachable from the internet. Default: True."""
-    public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
-    """CIDRs allowed to reach the public endpoint. Default: anywhere (restrict it in production)."""
+    endpoint_public_access: bool = False
+    """Whether the EKS API endpoint is reachable from outside the VPC, from public_access_cidrs only. Default: False
+    (the private endpoint only)."""
+    public_access_cidrs: tuple[str, ...] = ()
+    """CIDRs allowed to reach the public endpoint (never 0.0.0.0/0); required with endpoint_public_access. Default:
+    none."""
+    vpc_cidr: str = DEFAULT_VPC_CIDR
+    """IPv4 CIDR of the VPC the platform creates (private, /16 to /20): GPU subnets with no route out, system subnets
+    behind one NAT gateway, the VPC endpoints (components/network.py). Default: 10.64.0.0/16."""
     max_receive_count: int = 3
     """Receives before a message moves to the dead-letter queue. Default: 3."""
     oldest_message_alarm_s: int = 900

@@ -39,3 +39,21 @@ WORKER_UID = 10001
 
 WORKER_LABEL = "gpuburst-worker"
 """Value of `app.kubernetes.io/name` on every worker pod."""
+
+DATA_CLASS_TAG = "gpuburst.io/data-class"
+"""Tag key naming what class of data a bucket holds, set by SlideStorage and reserved there (a caller's tags may not
+set it): a bucket policy, an SCP or a Macie job can select the clinical buckets by it."""
+
+CLINICAL_SLIDES = "clinical-slides"
+"""Value of DATA_CLASS_TAG on the slides and results buckets: whole-slide images of patients' tissue and what was
+derived from them."""
+
+ACCESS_LOGS = "access-logs"
+"""Value of DATA_CLASS_TAG on the server-access-log bucket: who read or wrote which key (a key can carry a case or
+accession number, so the logs are as private as the slides)."""
+
+
+def control_plane_log_group(cluster_name: str) -> str:
+    """The CloudWatch log group EKS writes a cluster's control-plane logs to (`/aws/eks/<cluster>/cluster`, EKS User
+    Guide, "Send control plane logs to CloudWatch Logs"); declared before the cluster, EKS writes into it."""
+    return f"/aws/eks/{cluster_name}/cluster"

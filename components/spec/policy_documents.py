@@ -3,8 +3,9 @@
 Every function returns plain dicts. ARNs may be plain strings or `pulumi.Output`s: strings are checked and joined
 here; Outputs are joined with `Output.concat`, so a caller can pass the result straight to
 `pulumi.Output.from_input(doc).apply(json.dumps)`. No Allow statement here ever uses a `*` action; the only `*`
-actions are in the Deny statements of the TLS-only policies (deny *everything* over plain HTTP) and in the key
-policy's account-root statement (the standard statement that keeps a KMS key manageable through IAM).
+actions are in the Deny statements of the bucket and queue policies (deny *everything* over plain HTTP, or from
+outside the VPC endpoints) and in a key policy's account-root statement (the standard statement that keeps a KMS key
+manageable through IAM).
 """
 from __future__ import annotations
 
@@ -189,6 +190,140 @@ def s3_prefix_statements(bucket_arn: Any, read_prefixes: Sequence[str], write_pr
             actions += ("kms:Decrypt",)  # multipart uploads decrypt the data key to complete the upload
         statements.append(_kms_statement(kms_key_arn, actions, "s3"))
     return statements
+
+
+def dead_letter_sender_statements(dead_letter_queue_arn: Any, *, kms_key_arn: Any = None) -> list[dict]:
+    """IAM statements to send to a dead-letter queue and nothing else (a worker setting a bad message aside).
+
+    `kms_key_arn`: the queue's customer-managed key, when there is one: sending to an SSE-KMS queue needs
+    kms:GenerateDataKey and kms:Decrypt on it (SQS Developer Guide, "Key management": producer permissions).
+    """
+    _check_arn("dead_letter_queue_arn", dead_letter_queue_arn, _SQS_ARN,
+               "an SQS queue ARN (arn:aws:sqs:REGION:ACCOUNT:NAME)")
+    statements = [{"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": dead_letter_queue_arn}]
+    if kms_key_arn is not None:
+        statements.append(_kms_statement(kms_key_arn, ("kms:GenerateDataKey", "kms:Decrypt"), "sqs"))
+    return statements
+
+
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+"""The service principal EKS Pod Identity assumes roles as (EKS User Guide, "Create IAM role with trust policy
+required by EKS Pod Identity")."""
+
+_ACCOUNT = re.compile(r"^\d{12}$")
+_EKS_CLUSTER_ARN = re.compile(r"^arn:(aws[a-z-]*):eks:([a-z0-9-]+):(\d{12}):cluster/([0-9A-Za-z][A-Za-z0-9_-]*)$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SA_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def check_pod_identity_subject(namespace: str, service_account: str) -> None:
+    """ConfigError unless `namespace` is a namespace name and `service_account` a service account name."""
+    if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
+        raise ConfigError("namespace", namespace, "a Kubernetes namespace name (a DNS label)")
+    if not isinstance(service_account, str) or not _SA_NAME.match(service_account):
+        raise ConfigError("service_account", service_account, "a Kubernetes service account name (a DNS subdomain)")
+
+
+def pod_identity_trust_policy(*, account_id: str, cluster_arn: str, namespace: str, service_account: str) -> dict:
+    """Trust policy of a Pod Identity role: only EKS Pod Identity, only for this account, this cluster, this namespace
+    and this service account, may assume it and tag the session.
+
+    The namespace and service-account conditions are the documented form (EKS User Guide, "Create IAM role with
+    trust policy required by EKS Pod Identity": `StringEquals` on `aws:RequestTag/kubernetes-namespace` and
+    `aws:RequestTag/kubernetes-service-account`); `aws:RequestTag/eks-cluster-arn` is the session tag EKS sets to the
+    cluster's ARN (same page, and "Grant Pods access to AWS resources based on tags"). `aws:SourceAccount` and
+    `aws:SourceArn` are the confused-deputy keys (EKS User Guide, "Cross-service confused deputy prevention"); AWS
+    documents `aws:SourceArn` = the cluster ARN for the cluster role only, so the source ARN is also allowed to be one
+    of this cluster's Pod Identity associations (`podidentityassociation/<cluster>/*`). Without the tag conditions any
+    association in the account could hand the role to any pod. The tags are absent when an association disables
+    session tags (`disableSessionTags`): such an association cannot use this role, by design.
+    """
+    if not isinstance(account_id, str) or not _ACCOUNT.match(account_id):
+        raise ConfigError("account_id", account_id, "a 12-digit AWS account id as a string")
+    m = _EKS_CLUSTER_ARN.match(cluster_arn) if isinstance(cluster_arn, str) else None
+    if m is None or m.group(3) != account_id:
+        raise ConfigError("cluster_arn", cluster_arn,
+                          f"an EKS cluster ARN in account {account_id} (arn:aws:eks:REGION:ACCOUNT:cluster/NAME)")
+    check_pod_identity_subject(namespace, service_account)
+    partition, region, _, cluster = m.groups()
+    return policy_document([{
+        "Sid": "AllowEksAuthToAssumeRoleForPodIdentity",
+        "Effect": "Allow",
+        "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
+        "Action": ["sts:AssumeRole", "sts:TagSession"],
+        "Condition": {
+            "StringEquals": {
+                "aws:SourceAccount": account_id,
+                "aws:RequestTag/eks-cluster-arn": cluster_arn,
+                "aws:RequestTag/kubernetes-namespace": [namespace],
+                "aws:RequestTag/kubernetes-service-account": [service_account],
+            },
+            "ArnLike": {"aws:SourceArn": [
+                cluster_arn, f"arn:{partition}:eks:{region}:{account_id}:podidentityassociation/{cluster}/*"]},
+        },
+    }])
+
+
+_VPCE = re.compile(r"^vpce-[0-9a-f]{8,17}$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/*-]{1,512}$")
+
+
+def deny_outside_vpc_endpoints_statement(resources: list[Any], vpc_endpoint_ids: Sequence[Any],
+                                         break_glass_role_arns: Sequence[str] = ()) -> dict:
+    """Deny every S3 action on `resources` to any request that does not come through one of `vpc_endpoint_ids`
+    (S3 User Guide, "Controlling access from VPC endpoints with bucket policies": `StringNotEquals` on
+    `aws:SourceVpce`), except to principals matching `break_glass_role_arns` (`ArnNotLike` on `aws:PrincipalArn`;
+    both conditions must hold for the deny to apply)."""
+    if isinstance(vpc_endpoint_ids, str) or not vpc_endpoint_ids:
+        raise ConfigError("vpc_endpoint_ids", vpc_endpoint_ids, "a non-empty list of VPC endpoint ids (vpce-...)")
+    for v in vpc_endpoint_ids:
+        if not _is_output(v) and not (isinstance(v, str) and _VPCE.match(v)):
+            raise ConfigError("vpc_endpoint_ids", v, "a VPC endpoint id like vpce-0a1b2c3d4e5f60001")
+    if isinstance(break_glass_role_arns, str):
+        raise ConfigError("break_glass_role_arns", break_glass_role_arns, "a list of IAM role ARNs, not one string")
+    for arn in break_glass_role_arns:
+        if not isinstance(arn, str) or not _ROLE_ARN.match(arn):
+            raise ConfigError("break_glass_role_arns", arn,
+                              "an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME; '*' allowed in the name)")
+    condition: dict[str, Any] = {"StringNotEquals": {"aws:SourceVpce": list(vpc_endpoint_ids)}}
+    if break_glass_role_arns:
+        condition["ArnNotLike"] = {"aws:PrincipalArn": list(break_glass_role_arns)}
+    return {"Sid": "DenyOutsideVpce", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+            "Resource": resources, "Condition": condition}
+
+
+def data_bucket_policy(bucket_arn: Any, *, vpc_endpoint_ids: Sequence[Any] | None = None,
+                       break_glass_role_arns: Sequence[str] = ()) -> dict:
+    """A clinical bucket's policy: `bucket_tls_only_policy`, plus, with `vpc_endpoint_ids`, the deny of every request
+    from outside those endpoints (`deny_outside_vpc_endpoints_statement`)."""
+    doc = bucket_tls_only_policy(bucket_arn)
+    if vpc_endpoint_ids is not None:
+        doc["Statement"].append(deny_outside_vpc_endpoints_statement(
+            [bucket_arn, _join(bucket_arn, "/*")], vpc_endpoint_ids, break_glass_role_arns))
+    return doc
+
+
+S3_LOG_DELIVERY_PRINCIPAL = "logging.s3.amazonaws.com"
+"""The service principal that delivers S3 server access logs (S3 User Guide, "Enabling Amazon S3 server access
+logging": permissions for log delivery)."""
+
+
+def access_log_bucket_policy(log_bucket_arn: Any, prefix: str, source_bucket_arns: list[Any], account_id: Any) -> dict:
+    """The access-log bucket's policy: TLS only, and S3 log delivery may put objects under `prefix`, for the named
+    source buckets of this account only (the documented statement: S3 User Guide, "Enabling Amazon S3 server access
+    logging", grant permissions to the logging service principal by using a bucket policy)."""
+    doc = bucket_tls_only_policy(log_bucket_arn)
+    prefix = _check_prefixes("prefix", [prefix])[0]
+    doc["Statement"].append({
+        "Sid": "S3ServerAccessLogsPolicy",
+        "Effect": "Allow",
+        "Principal": {"Service": S3_LOG_DELIVERY_PRINCIPAL},
+        "Action": ["s3:PutObject"],
+        "Resource": _join(log_bucket_arn, "/", prefix, "*"),
+        "Condition": {"ArnLike": {"aws:SourceArn": list(source_bucket_arns)},
+                      "StringEquals": {"aws:SourceAccount": account_id}},
+    })
+    return doc
 
 
 def alarm_topic_key_policy(account_id: str, partition: str, region: str, alarm_names: Sequence[str]) -> dict:

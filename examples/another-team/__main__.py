@@ -8,6 +8,8 @@ outside it.
 import pulumi
 
 from gpuburst import (
+    DataKey,
+    DataKeyArgs,
     ExistingCluster,
     ExistingClusterArgs,
     ExistingKarpenter,
@@ -28,15 +30,19 @@ from gpuburst import (
 cfg = pulumi.Config()
 namespace = cfg.require("namespace")
 node_class = cfg.require("nodeClass")
+worker_role_path = "/tils-lab/workers/"
 
 cluster = ExistingCluster("platform", ExistingClusterArgs(
-    cluster_name=cfg.require("clusterName"),
+    cluster_name=cfg.require("clusterName"), network_policy_enforced=True,
     node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"))}))
 keda = ExistingKeda("keda", ExistingKedaArgs(version=cfg.require("kedaVersion"),
                                             operator_role_arn=cfg.require("kedaOperatorRoleArn")))
 karpenter = ExistingKarpenter("karpenter", ExistingKarpenterArgs(version=cfg.require("karpenterVersion")))
 
-queue = WorkQueue("tils", WorkQueueArgs(name="tils-lab-slides", expected_processing_s=300,
+# The lab's own key for its queue's messages (slide references and study ids): rotation on, usable by the lab's
+# worker roles only through SQS.
+key = DataKey("tils", DataKeyArgs(alias="alias/tils-lab-data", worker_role_path=worker_role_path))
+queue = WorkQueue("tils", WorkQueueArgs(name="tils-lab-slides", expected_processing_s=300, kms_key_id=key.key_arn,
                                         alarm_emails=cfg.require_object("alarmEmails")))
 pool = GpuNodePool("tils", GpuNodePoolArgs(nodeclass_name=node_class, nodepool_name="tils-lab", gpu_limit=4,
                                            instance_types=["g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge"],
@@ -46,7 +52,9 @@ job = GpuScaledJob("tils", GpuScaledJobArgs(
     facts=WorkloadFacts(items_independent=True, state_across_messages=False, ordered=False, model_load_s=30,
                         seconds_per_item=6, burst_items=120, max_replicas=4),
     queue_url=queue.queue_url, queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
-    queue_visibility_timeout_s=queue.visibility_timeout_s,
+    queue_visibility_timeout_s=queue.visibility_timeout_s, role_path=worker_role_path,
+    # HTTPS only into the platform's VPC (its endpoints for SQS, S3, STS, ECR): never the internet.
+    egress_cidrs=[cfg.require("vpcCidr")],
     bucket_arn=cfg.require("resultsBucketArn"), slides_bucket_arn=cfg.require("slidesBucketArn"),
     pod=WorkerPodSettings(image=cfg.require("image"), visibility_timeout_s=queue.visibility_timeout_s,
                           region=pulumi.Config("aws").require("region"))),

@@ -57,7 +57,8 @@ def default_vpc():
 def own_vpc():
     return run(ClusterArgs(name=NAME, vpc_id="vpc-0123", public_subnet_ids=["subnet-0pub"],
                            private_subnet_ids=["subnet-0priv0a", "subnet-0priv0b"],
-                           public_access_cidrs=["203.0.113.0/24"], system_instance_types=["m6i.large", "m7i.large"],
+                           endpoint_public_access=True, public_access_cidrs=["203.0.113.0/24"],
+                           system_instance_types=["m6i.large", "m7i.large"],
                            system_desired_size=3, system_max_size=4, tags={"project": "pathology"}))
 
 
@@ -72,11 +73,12 @@ def test_eks_cluster_inputs(default_vpc, own_vpc):
     assert p["name"] == NAME and p["version"] == KUBERNETES_VERSION
     assert p["authenticationMode"] == "API"
     assert p["createOidcProvider"] is True and p["skipDefaultNodeGroup"] is True
-    assert p["endpointPrivateAccess"] is True and p["endpointPublicAccess"] is True
+    # No public API endpoint unless asked for, and then only to the CIDRs given.
+    assert p["endpointPrivateAccess"] is True and p["endpointPublicAccess"] is False
     assert "publicAccessCidrs" not in p and "vpcId" not in p
     assert "audit" in p["enabledClusterLogTypes"]
     own = one(own_vpc, "eks:index:Cluster").properties
-    assert own["publicAccessCidrs"] == ["203.0.113.0/24"]
+    assert own["endpointPublicAccess"] is True and own["publicAccessCidrs"] == ["203.0.113.0/24"]
     assert own["vpcId"] == "vpc-0123" and own["privateSubnetIds"] == ["subnet-0priv0a", "subnet-0priv0b"]
     assert own["tags"] == {"project": "pathology"}
 
@@ -158,6 +160,10 @@ def test_outputs_and_kubernetes_provider(default_vpc):
     ({"public_access_cidrs": ["0.0.0.0/33"]}, "cluster.public_access_cidrs"),
     ({"public_access_cidrs": ["10.0.0.1/24"]}, "cluster.public_access_cidrs"),  # host bits set
     ({"public_access_cidrs": []}, "cluster.public_access_cidrs"),
+    ({"endpoint_public_access": True, "public_access_cidrs": ["0.0.0.0/0"]}, "cluster.public_access_cidrs"),
+    ({"endpoint_public_access": True, "public_access_cidrs": ["203.0.113.0/24", "::/0"]},
+     "cluster.public_access_cidrs"),
+    ({"endpoint_public_access": True}, "cluster.public_access_cidrs"),  # unset, AWS would open it to the world
     ({"endpoint_public_access": False, "public_access_cidrs": ["203.0.113.0/24"]}, "cluster.public_access_cidrs"),
     ({"endpoint_private_access": False}, "cluster.endpoint_private_access"),
     ({"system_desired_size": 1}, "cluster.system_desired_size"),
@@ -191,3 +197,16 @@ def test_a_bad_support_type_is_refused_naming_the_field():
     with pytest.raises(ConfigError) as e:
         run(ClusterArgs(name=NAME, support_type="extended"))
     assert e.value.field == "cluster.support_type" and "STANDARD, EXTENDED" in str(e.value)
+
+
+def test_vpc_cni_enforces_network_policies(default_vpc):
+    # pulumi-eks writes this into the vpc-cni Addon's configurationValues ({"enableNetworkPolicy": "true"}).
+    assert one(default_vpc, "eks:index:Cluster").properties["vpcCniOptions"] == {"enableNetworkPolicy": True}
+
+
+def test_subnets_whose_tags_the_network_owns_are_not_tagged_twice():
+    res = run(ClusterArgs(name=NAME, vpc_id="vpc-0123", private_subnet_ids=["subnet-0sys0a", "subnet-0sys0b"],
+                          tag_node_subnets=False))
+    tagged = {r.properties["resourceId"] for r in res.monitor.by_type("aws:ec2/tag:Tag")}
+    assert tagged == {"sg-0a1b2c3d4e5f60001"}  # the cluster security group only
+    assert one(res, "aws:eks/nodeGroup:NodeGroup").properties["subnetIds"] == ["subnet-0sys0a", "subnet-0sys0b"]

@@ -70,3 +70,9 @@ def test_bad_cdi_feature_flag_is_refused_in_one_line():
     with pytest.raises(ConfigError) as e:
         NvidiaDevicePlugin("nvdp", NvidiaDevicePluginArgs(cdi_feature_flags=("Disable NVSandboxUtils",)))
     assert e.value.field == "nvidia_device_plugin.cdi_feature_flags" and "\n" not in str(e.value)
+
+
+def test_the_image_can_come_from_the_stacks_mirror_at_the_charts_own_tag():
+    mirror = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-dev/mirror/nvidia/k8s-device-plugin"
+    assert device_plugin_values(image_repository=mirror)["image"] == {"repository": mirror, "tag": "v0.20.0"}
+    assert "image" not in device_plugin_values()  # default: the chart's own nvcr.io image

@@ -154,3 +154,26 @@ def test_existing_network_needs_private_subnets():
         ExistingNetwork(vpc_id="vpc-0abc", private_subnet_ids=[]).cluster_args()
     assert ExistingNetwork("vpc-0abc", ["subnet-1", "subnet-2"]).cluster_args() == {
         "vpc_id": "vpc-0abc", "private_subnet_ids": ["subnet-1", "subnet-2"], "public_subnet_ids": None}
+
+
+def test_existing_network_gives_its_cidr_and_gpu_subnets_or_refuses_in_one_line():
+    net = ExistingNetwork("vpc-0abc", ["subnet-1", "subnet-2"], vpc_cidr="10.0.0.0/16")
+    assert net.egress_cidr() == "10.0.0.0/16" and net.gpu_subnets() == ["subnet-1", "subnet-2"]
+    assert ExistingNetwork("vpc-0abc", ["subnet-1"], vpc_cidr="10.0.0.0/16",
+                           gpu_subnet_ids=["subnet-9"]).gpu_subnets() == ["subnet-9"]
+    for cidr, needle in ((None, "required"), ("0.0.0.0/0", "never the whole internet"), ("8.8.0.0/16", "private")):
+        with pytest.raises(ConfigError) as e:
+            ExistingNetwork("vpc-0abc", ["subnet-1"], vpc_cidr=cidr).egress_cidr()
+        assert e.value.field == "ExistingNetwork.vpc_cidr" and needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_existing_cluster_can_say_it_enforces_network_policies():
+    res = run_under_mocks(lambda: ExistingCluster("c", ExistingClusterArgs(cluster_name="c",
+                                                                          network_policy_enforced=True)))
+    (cluster,) = res.monitor.by_type("gpuburst:index:ExistingCluster")
+    assert cluster.properties["networkPolicyEnforced"] is True
+    unknown = run_under_mocks(lambda: ExistingCluster("c", ExistingClusterArgs(cluster_name="c")))
+    assert "networkPolicyEnforced" not in unknown.monitor.by_type("gpuburst:index:ExistingCluster")[0].properties
+    with pytest.raises(ConfigError, match="ExistingClusterArgs.network_policy_enforced"):
+        run_under_mocks(lambda: ExistingCluster("c", ExistingClusterArgs(cluster_name="c",
+                                                                        network_policy_enforced="yes")))

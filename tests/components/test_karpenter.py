@@ -357,3 +357,20 @@ def test_bad_batch_settings_are_refused_in_one_line(kw, field):
     with pytest.raises(ConfigError) as e:
         run_under_mocks(lambda: Karpenter("karpenter", KarpenterArgs(cluster_name=CLUSTER, **kw)))
     assert "\n" not in str(e.value) and e.value.detail.startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize("kw,region", [({}, "us-east-1"), ({"region": "eu-west-1", "account_id": FAKE_ACCOUNT},
+                                                            "eu-west-1")])
+def test_the_controller_role_trusts_pod_identity_only_for_its_service_account_on_this_cluster(kw, region):
+    """Issue 19: the controller's trust names the account, the cluster's ARN (from region and account when given,
+    else from the provider) and kube-system/karpenter."""
+    res = run_under_mocks(lambda: Karpenter("karpenter", KarpenterArgs(cluster_name=CLUSTER, **kw)))
+    role = by_name(res, "aws:iam/role:Role")["karpenter-controller-role"]
+    (st,) = json.loads(role.properties["assumeRolePolicy"])["Statement"]
+    arn = f"arn:aws:eks:{region}:{FAKE_ACCOUNT}:cluster/{CLUSTER}"
+    assert st["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert st["Condition"]["StringEquals"] == {
+        "aws:SourceAccount": FAKE_ACCOUNT, "aws:RequestTag/eks-cluster-arn": arn,
+        "aws:RequestTag/kubernetes-namespace": ["kube-system"],
+        "aws:RequestTag/kubernetes-service-account": ["karpenter"]}
+    assert arn in st["Condition"]["ArnLike"]["aws:SourceArn"]

@@ -161,3 +161,147 @@ def test_role_arn_output_is_passed_through():
     # The scaler role ARN is an Output when the TriggerAuthentication is built: checked only once known.
     m = trigger_authentication_manifest(TriggerAuthSpec("a", "gpuburst", role_arn=pulumi.Output.from_input(ROLE)))
     assert isinstance(m["spec"]["podIdentity"]["roleArn"], pulumi.Output)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The operator's reach: secrets only in its own namespace, the workload namespaces only (issue 19).
+# --------------------------------------------------------------------------------------------------------------------
+
+def test_chart_values_restrict_the_operator_by_default(res):
+    (chart,) = res.monitor.by_type("kubernetes:helm.sh/v4:Chart")
+    v = chart.properties["values"]
+    assert v["permissions"] == {"operator": {"restrict": {"secret": True}},
+                                "metricServer": {"restrict": {"secret": True}}}
+    assert v["rbac"] == {"enabledCustomScaledRefKinds": False}
+    assert "watchNamespace" not in v   # every namespace unless told
+
+
+def test_watch_namespaces_become_the_charts_comma_list():
+    res = run(watch_namespaces=["gpuburst", "lab-tils"])
+    (chart,) = res.monitor.by_type("kubernetes:helm.sh/v4:Chart")
+    assert chart.properties["values"]["watchNamespace"] == "gpuburst,lab-tils"
+
+
+@pytest.mark.parametrize("value", [[], ["gpuburst", "gpuburst"], ["Not_A_Namespace"], "gpuburst"])
+def test_bad_watch_namespaces_are_one_line_errors(value):
+    with pytest.raises(ConfigError) as e:
+        run(watch_namespaces=value)
+    assert "\n" not in str(e.value) and e.value.detail.startswith("KedaArgs.watch_namespaces: ")
+
+
+def test_the_chart_values_keys_exist_at_the_pinned_version():
+    import tarfile
+
+    import yaml
+
+    from components.synth.charts import SHARED_CHARTS
+    archive = SHARED_CHARTS / f"keda-{catalogue.CHARTS['keda'].version}.tgz"
+    if not archive.is_file():
+        pytest.skip(f"{archive} is absent")
+    with tarfile.open(archive) as t:
+        chart_values = yaml.safe_load(t.extractfile("keda/values.yaml"))
+    assert chart_values["watchNamespace"] == ""
+    assert chart_values["permissions"]["operator"]["restrict"]["secret"] is False
+    assert chart_values["permissions"]["metricServer"]["restrict"]["secret"] is False
+    assert chart_values["rbac"]["enabledCustomScaledRefKinds"] is True
+    assert chart_values["rbac"]["scaledRefKinds"] == [{"apiGroup": "*", "kind": "*"}]
+
+
+def _render(values: dict) -> list[dict]:
+    from components.keda import keda_chart_values
+    from components.synth.charts import SHARED_CHARTS, render_objects
+    archive = SHARED_CHARTS / f"keda-{catalogue.CHARTS['keda'].version}.tgz"
+    if not archive.is_file():
+        pytest.skip(f"{archive} is absent")
+    base = keda_chart_values({"gpuburst.io/pool": "system"}, [])
+    return [o for _, o in render_objects(archive, {**base, **values}, "keda", "keda", skip_crds=True)]
+
+
+def _grants(objects: list[dict], namespace: str | None) -> list[dict]:
+    """The rules the keda-operator ServiceAccount holds in `namespace` (None: cluster-wide)."""
+    roles = {(o["kind"], (o["metadata"].get("namespace") or "keda") if o["kind"] == "Role" else None,
+              o["metadata"]["name"]): o.get("rules") or [] for o in objects if o["kind"] in ("Role", "ClusterRole")}
+    rules: list[dict] = []
+    for b in objects:
+        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == "keda-operator" for s in b["subjects"]):
+            continue
+        bound_ns = b["metadata"].get("namespace") or "keda" if b["kind"] == "RoleBinding" else None
+        if b["kind"] == "RoleBinding" and bound_ns != namespace:
+            continue
+        ref = b["roleRef"]
+        rules += roles[(ref["kind"], bound_ns if ref["kind"] == "Role" else None, ref["name"])]
+    return rules
+
+
+def _allows(rules: list[dict], group: str, resource: str, verb: str) -> bool:
+    return any((group in r.get("apiGroups", []) or "*" in r.get("apiGroups", []))
+               and (resource in r.get("resources", []) or "*" in r.get("resources", []))
+               and verb in r.get("verbs", []) and not r.get("resourceNames") for r in rules)
+
+
+def test_rendered_rbac_lets_the_operator_scale_jobs_in_the_workload_namespace_only():
+    from components.keda import keda_chart_values
+    objects = _render({"watchNamespace": keda_chart_values({}, [], watch_namespaces=["gpuburst"])["watchNamespace"]})
+    here = _grants(objects, "gpuburst")
+    for group, resource, verbs in (("batch", "jobs", ("create", "delete", "get", "list", "watch")),
+                                   ("keda.sh", "scaledjobs", ("get", "list", "watch", "update", "patch")),
+                                   ("keda.sh", "scaledjobs/status", ("update", "patch")),
+                                   ("keda.sh", "triggerauthentications", ("get", "list", "watch")),
+                                   ("apps", "deployments/scale", ("get", "patch", "update")),   # the warm floor
+                                   ("", "pods", ("get", "list", "watch"))):
+        for verb in verbs:
+            assert _allows(here, group, resource, verb), (group, resource, verb)
+    cluster = _grants(objects, None)
+    assert not _allows(cluster, "batch", "jobs", "create")        # nowhere else
+    assert not _allows(_grants(objects, "lab-other"), "batch", "jobs", "create")
+    for scope in (None, "gpuburst"):                                # no secret outside its own namespace
+        for verb in ("get", "list", "watch"):
+            assert not _allows(_grants(objects, scope), "", "secrets", verb), (scope, verb)
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"
+            and o["roleRef"]["name"] == "keda-operator"] == []
+    env = {e["name"]: e.get("value") for o in objects if o["kind"] == "Deployment"
+           and o["metadata"]["name"] == "keda-operator" for e in o["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (env["WATCH_NAMESPACE"], env["KEDA_RESTRICT_SECRET_ACCESS"]) == ("gpuburst", "true")
+
+
+def test_unrestricted_chart_would_read_every_secret_in_the_cluster():
+    """What the restriction removes (the chart's defaults): secrets list/watch and `get` on every resource, bound
+    cluster-wide. A test that can fail: if upstream ever drops these, the restriction values may be stale."""
+    objects = _render({"permissions": {"operator": {"restrict": {"secret": False}}},
+                       "rbac": {"enabledCustomScaledRefKinds": True}})
+    cluster = _grants(objects, None)
+    assert _allows(cluster, "", "secrets", "list") and _allows(cluster, "", "secrets", "get")
+    assert _allows(cluster, "batch", "jobs", "create")
+
+
+def test_dev_plan_keda_is_restricted_to_the_workload_namespace(dev):
+    res = dev["plan"]["resources"]
+    (chart,) = [r for r in res if r["type"] == "kubernetes:helm.sh/v4:Chart" and r["properties"]["chart"] == "keda"]
+    values = chart["properties"]["values"]
+    assert values["watchNamespace"] == "gpuburst"
+    assert values["permissions"]["operator"]["restrict"]["secret"] is True
+    rendered = [r for r in res if r["parent"] == chart["urn"]]
+    bindings = {(r["type"].rsplit(":", 1)[1], r["properties"]["metadata"].get("namespace"))
+                for r in rendered if r["type"].endswith("Binding")
+                and r["properties"]["roleRef"]["name"] == "keda-operator"}
+    assert bindings == {("RoleBinding", "gpuburst"), ("RoleBinding", "keda")}
+    (role,) = [r for r in rendered if r["type"].endswith(":ClusterRole")
+               and r["properties"]["metadata"]["name"] == "keda-operator"]
+    assert not [rule for rule in role["properties"]["rules"]
+                if "secrets" in rule.get("resources", []) or "*" in rule.get("resources", [])]
+
+
+def test_the_platform_lets_keda_watch_its_namespace_and_the_extra_ones():
+    from pathlib import Path
+
+    import yaml
+
+    from components.config import parse_config
+    from components.platform import GpuBurstPlatform
+    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "Pulumi.dev.yaml").read_text(encoding="utf-8"))
+    res = run_under_mocks(lambda: GpuBurstPlatform("p", parse_config(raw["config"], stack="dev"), namespace="lab-a",
+                                                   keda_extra_watch_namespaces=["lab-tils", "lab-a"]))
+    (chart,) = [c for c in res.monitor.by_type("kubernetes:helm.sh/v4:Chart") if c.properties["chart"] == "keda"]
+    assert chart.properties["values"]["watchNamespace"] == "lab-a,lab-tils"

@@ -51,6 +51,16 @@ def test_defaults_alias_imdsv2_encrypted_root_and_discovery_selectors():
                                                 "spec": {"featureGates": {"FastImagePull": True}}}
 
 
+def test_the_gpu_nodes_own_subnets_and_security_group_are_selected_by_the_tags_given():
+    from components.network import GPU_NODES_TAG, GPU_SUBNETS_TAG
+
+    spec = manifest(subnet_selector_tags={GPU_SUBNETS_TAG: "burst-dev"},
+                    security_group_selector_tags={GPU_NODES_TAG: "burst-dev"})["spec"]
+    # Only the subnets with no route out and only the GPU nodes' group: not the cluster's, not the system subnets.
+    assert spec["subnetSelectorTerms"] == [{"tags": {"gpuburst.io/gpu-subnets": "burst-dev"}}]
+    assert spec["securityGroupSelectorTerms"] == [{"tags": {"gpuburst.io/gpu-nodes": "burst-dev"}}]
+
+
 def test_pinned_alias_kms_key_and_tags():
     m = manifest(ami_alias="al2023@v20250505", kms_key_id="arn:aws:kms:us-east-1:123456789012:key/abc",
                  tags={"project": "pathology"}, root_volume_gib=200, root_volume_iops=6000,
@@ -83,6 +93,8 @@ def test_bad_alias_is_a_one_line_error_naming_field_and_value(alias):
     ({"tags": {"karpenter.sh/nodepool": "x"}}, "tags"),
     ({"tags": {"kubernetes.io/cluster/burst-dev": "owned"}}, "tags"),
     ({"tags": {"team": ""}}, "tags['team']"),
+    ({"subnet_selector_tags": {}}, "subnet_selector_tags"),
+    ({"security_group_selector_tags": {"gpuburst.io/gpu-nodes": ""}}, "security_group_selector_tags"),
 ])
 def test_other_config_errors(kw, field):
     with pytest.raises(ConfigError) as e:
@@ -92,7 +104,9 @@ def test_other_config_errors(kw, field):
 
 @pytest.mark.parametrize("crd", [CRD, OLDEST_CRD])
 @pytest.mark.parametrize("kw", [{}, {"ami_alias": "al2023@v20250505", "tags": {"project": "pathology"},
-                                    "kms_key_id": "arn:aws:kms:us-east-1:123456789012:key/abc"}])
+                                    "kms_key_id": "arn:aws:kms:us-east-1:123456789012:key/abc"},
+                                {"subnet_selector_tags": {"gpuburst.io/gpu-subnets": "burst-dev"},
+                                 "security_group_selector_tags": {"gpuburst.io/gpu-nodes": "burst-dev"}}])
 def test_builder_output_passes_the_upstream_crd(upstream_crds, crd, kw):
     report = crd_oracle.check_against_crd(manifest(**kw), upstream_crds / crd)
     assert report.errors == []

@@ -171,7 +171,7 @@ def test_worker_policy_refuses_results_overlapping_slides(slides, results):
 
 def test_worker_network_policy_denies_ingress_and_limits_egress():
     labels = {"app.kubernetes.io/name": "gpuburst-worker", "app.kubernetes.io/instance": "slides"}
-    np_ = worker_network_policy("slides", "gpuburst", labels)
+    np_ = worker_network_policy("slides", "gpuburst", labels, egress_cidrs=("10.64.0.0/16",))
     kubernetes_validate.validate(np_, KUBERNETES_VERSION, strict=True)
     spec = np_["spec"]
     assert spec["podSelector"] == {"matchLabels": labels}
@@ -180,6 +180,42 @@ def test_worker_network_policy_denies_ingress_and_limits_egress():
     assert ports == [("TCP", 53), ("TCP", 80), ("TCP", 443), ("UDP", 53)]
     (agent,) = [r for r in spec["egress"] if r["ports"] == [{"protocol": "TCP", "port": 80}]]
     assert {"ipBlock": {"cidr": "169.254.170.23/32"}} in agent["to"]  # Pod Identity credentials
+    (https,) = [r for r in spec["egress"] if r["ports"] == [{"protocol": "TCP", "port": 443}]]
+    assert https["to"] == [{"ipBlock": {"cidr": "10.64.0.0/16"}}]  # the VPC (its endpoints), never the internet
+    blocks = [t["ipBlock"]["cidr"] for r in spec["egress"] for t in r["to"] if "ipBlock" in t]
+    assert "0.0.0.0/0" not in blocks and "::/0" not in blocks
+
+
+def test_without_egress_cidrs_the_worker_gets_no_https_at_all():
+    np_ = worker_network_policy("slides", "gpuburst", {"app": "w"}, egress_cidrs=None)
+    ports = {p["port"] for rule in np_["spec"]["egress"] for p in rule["ports"]}
+    assert ports == {53, 80}
+
+
+@pytest.mark.parametrize("cidrs, bad", [
+    (("0.0.0.0/0",), "0.0.0.0/0"), (("::/0",), "::/0"), (("10.64.0.0/16", "0.0.0.0/0"), "0.0.0.0/0"),
+    (("8.8.8.0/24",), "8.8.8.0/24"), (("10.64.0.1/16",), "10.64.0.1/16"), ("10.64.0.0/16", "10.64.0.0/16"),
+])
+def test_world_and_public_egress_cidrs_are_refused_in_one_line(cidrs, bad):
+    with pytest.raises(ConfigError) as e:
+        worker_network_policy("slides", "gpuburst", {"app": "w"}, egress_cidrs=cidrs)
+    text = str(e.value)
+    assert e.value.field == "WorkerAccessArgs.egress_cidrs" and "\n" not in text and repr(bad) in text
+
+
+def test_the_default_deny_policy_selects_every_pod_and_allows_nothing():
+    from components.pod import default_deny_network_policy
+
+    np_ = default_deny_network_policy("gpuburst")
+    kubernetes_validate.validate(np_, KUBERNETES_VERSION, strict=True)
+    assert np_["metadata"] == {"name": "default-deny", "namespace": "gpuburst"}
+    assert np_["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": []}
+
+
+def test_the_worker_uses_regional_s3_and_sts_hosts():
+    # The global s3.amazonaws.com (the SDKs' us-east-1 default) is not answered by the VPC's S3 interface endpoint.
+    env = env_of(spec(region="us-east-1"))
+    assert env["AWS_S3_US_EAST_1_REGIONAL_ENDPOINT"] == "regional" and env["AWS_STS_REGIONAL_ENDPOINTS"] == "regional"
 
 
 def test_worker_policy_with_a_separate_slides_bucket():

@@ -227,6 +227,24 @@ def test_kms_variant():
         assert "sqsManagedSseEnabled" not in props
 
 
+def test_a_customer_key_of_the_stack_encrypts_both_queues_and_the_topic_keeps_its_own():
+    """The platform passes its DataKey's ARN, an Output: both queues name it (and depend on the key), while the
+    alarm topic keeps the key CloudWatch may use."""
+    key_arn = f"arn:aws:kms:us-east-1:{FAKE_ACCOUNT}:key/00000000-0000-0000-0000-000000000000"
+
+    def program():
+        key = pulumi.Output.from_input(key_arn)
+        WorkQueue("slides", _args(name="s", kms_key_id=key))
+    res = run_under_mocks(program)
+    queues = _queues(res)
+    assert set(queues) == {"work", "dead-letter"}
+    for props in queues.values():
+        assert props["kmsMasterKeyId"] == key_arn and "sqsManagedSseEnabled" not in props
+    (topic,) = res.monitor.by_type("aws:sns/topic:Topic")
+    (alarm_key,) = res.monitor.by_type("aws:kms/key:Key")   # the mocks give every key one ARN: judge by dependency
+    assert alarm_key.name == "slides-alarm-key" and alarm_key.urn in topic.dependencies
+
+
 def test_alarms_watch_the_right_metrics_and_notify_the_topic():
     res = _run(_args(name="s", max_receive_count=5))
     (topic,) = res.monitor.by_type("aws:sns/topic:Topic")

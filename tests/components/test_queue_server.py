@@ -98,3 +98,18 @@ def test_fifo_pair_dedups_by_content_and_dead_letters_per_group(sqs):
     assert _receive(sqs, queue_url) == []
     (dead,) = _receive(sqs, dlq_url)
     assert dead["Body"] == body
+
+
+def test_a_customer_key_is_accepted_on_both_queues_and_messages_still_flow(sqs, aws):
+    """With the stack's data key (SSE-KMS) the rendered attributes name the key on both queues and a message still
+    goes through (moto neither encrypts nor turns its SqsManagedSseEnabled default off; the component never sets it
+    with a key: tests/components/test_queue.py)."""
+    kms = boto3.client("kms", endpoint_url=aws, region_name="us-east-1")
+    key_arn = kms.create_key(Description="data key")["KeyMetadata"]["Arn"]
+    args = WorkQueueArgs(expected_processing_s=30, alarm_emails=["a@example.org"], kms_key_id=key_arn)
+    queue_url, dlq_url = _create_pair(sqs, args, "cmk")
+    for url in (queue_url, dlq_url):
+        got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert got["KmsMasterKeyId"] == key_arn and got["KmsDataKeyReusePeriodSeconds"] == "300"
+    sqs.send_message(QueueUrl=queue_url, MessageBody='{"slide": "s3://b/slides/a.svs"}')
+    assert [m["Body"] for m in _receive(sqs, queue_url)] == ['{"slide": "s3://b/slides/a.svs"}']

@@ -9,9 +9,10 @@ import pulumi
 import pytest
 
 from components import storage as st
+from components.spec.names import ACCESS_LOGS, CLINICAL_SLIDES, DATA_CLASS_TAG
 from components.spec.validation import ConfigError
 from components.storage import SlideStorage, SlideStorageArgs
-from components.synth.mocks import run_under_mocks
+from components.synth.mocks import FAKE_ACCOUNT, run_under_mocks
 
 KEY = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000"
 
@@ -25,36 +26,43 @@ def _run(args: SlideStorageArgs | None = None):
     return run_under_mocks(program)
 
 
-def _by_bucket(res, type_: str) -> dict[str, dict]:
-    return {r.properties["bucket"]: r.properties for r in res.monitor.by_type(type_)}
+def _by_bucket(res, type_: str, logs: bool = False) -> dict[str, dict]:
+    """Bucket name -> properties of `type_`'s resources (the access-log bucket's only with `logs`)."""
+    return {r.properties["bucket"]: r.properties for r in res.monitor.by_type(type_)
+            if logs or "access-logs" not in r.name}
 
 
 def test_two_private_buckets_with_every_control():
-    res = _run(SlideStorageArgs(slides_bucket_name="gpuburst-dev-slides", results_bucket_name="gpuburst-dev-results"))
-    buckets = _by_bucket(res, "aws:s3/bucket:Bucket")
-    assert set(buckets) == {"gpuburst-dev-slides", "gpuburst-dev-results"}
+    res = _run(SlideStorageArgs(slides_bucket_name="gpuburst-dev-slides", results_bucket_name="gpuburst-dev-results",
+                                access_log_bucket_name="gpuburst-dev-access-logs"))
+    buckets = _by_bucket(res, "aws:s3/bucket:Bucket", logs=True)
+    assert set(buckets) == {"gpuburst-dev-slides", "gpuburst-dev-results", "gpuburst-dev-access-logs"}
     assert all(b["forceDestroy"] is False for b in buckets.values())
     names = set(buckets)
 
-    pab = _by_bucket(res, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+    pab = _by_bucket(res, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", logs=True)
     assert set(pab) == names
     for p in pab.values():
         assert p["blockPublicAcls"] and p["blockPublicPolicy"] and p["ignorePublicAcls"] and p["restrictPublicBuckets"]
 
-    own = _by_bucket(res, "aws:s3/bucketOwnershipControls:BucketOwnershipControls")
+    own = _by_bucket(res, "aws:s3/bucketOwnershipControls:BucketOwnershipControls", logs=True)
     assert {n: o["rule"]["objectOwnership"] for n, o in own.items()} == {n: "BucketOwnerEnforced" for n in names}
 
-    enc = _by_bucket(res, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+    enc = _by_bucket(res, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+                     logs=True)
     assert set(enc) == names
-    for e in enc.values():
+    for name, e in enc.items():
         (rule,) = e["rules"]
+        if name == "gpuburst-dev-access-logs":   # server access logs are delivered only into SSE-S3 buckets
+            assert rule["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "AES256"}
+            continue
         assert rule["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "aws:kms"}
         assert rule["bucketKeyEnabled"] is True
 
-    ver = _by_bucket(res, "aws:s3/bucketVersioning:BucketVersioning")
+    ver = _by_bucket(res, "aws:s3/bucketVersioning:BucketVersioning", logs=True)
     assert {n: v["versioningConfiguration"]["status"] for n, v in ver.items()} == {n: "Enabled" for n in names}
 
-    pol = _by_bucket(res, "aws:s3/bucketPolicy:BucketPolicy")
+    pol = _by_bucket(res, "aws:s3/bucketPolicy:BucketPolicy", logs=True)
     assert set(pol) == names
     for name, p in pol.items():
         insecure = json.loads(p["policy"])["Statement"][0]
@@ -63,12 +71,17 @@ def test_two_private_buckets_with_every_control():
         assert insecure["Resource"] == [f"arn:aws:s3:::{name}", f"arn:aws:s3:::{name}/*"]
 
 
-def test_bucket_policy_waits_for_the_public_access_block():
+def test_bucket_policy_comes_after_every_other_control():
+    """S3 refuses concurrent bucket changes, and an endpoint-only policy must not lock the deployment out of the
+    bucket's other settings half-way: each policy waits for the bucket's other controls (and its access logging)."""
     res = _run()
     urns = {r.name: r.urn for r in res.registrations}
     for pol in res.monitor.by_type("aws:s3/bucketPolicy:BucketPolicy"):
         bucket = pol.name.removesuffix("-tls-only")
-        assert urns[f"{bucket}-public-access-block"] in pol.dependencies
+        for control in ("public-access-block", "ownership", "encryption", "versioning", "lifecycle"):
+            assert urns[f"{bucket}-{control}"] in pol.dependencies, (bucket, control)
+        if "access-logs" not in bucket:
+            assert urns[f"{bucket}-access-logging"] in pol.dependencies
 
 
 def test_customer_key_and_unversioned_slides_and_noncurrent_expiry():
@@ -94,7 +107,7 @@ def test_default_keeps_every_version():
 
 def test_outputs_and_parentage():
     res = _run(SlideStorageArgs(slides_bucket_name="gb-slides", results_bucket_name="gb-results",
-                                results_prefix="overlays/"))
+                                results_prefix="overlays/", access_logs=False))
     assert res.outputs == {
         "slides_bucket_name": "gb-slides", "slides_bucket_arn": "arn:aws:s3:::gb-slides",
         "results_bucket_name": "gb-results", "results_bucket_arn": "arn:aws:s3:::gb-results",
@@ -118,6 +131,12 @@ BAD = [
     ("slides_versioning", "yes"),
     ("noncurrent_version_expiration_days", 0),
     ("tags", {"a": 1}),
+    ("tags", {"gpuburst.io/data-class": "public"}),
+    ("vpc_endpoint_ids", []),
+    ("vpc_endpoint_ids", ["vpc-0a1b2c3d"]),
+    ("break_glass_role_arns", ["arn:aws:iam::123456789012:user/admin"]),
+    ("access_logs", "yes"),
+    ("access_log_bucket_name", "Logs"),
 ]
 
 
@@ -144,3 +163,146 @@ def test_prefixes_work_on_a_real_s3_server(aws):
     s3.put_object(Bucket="gb-results", Key="results-other/s2.json", Body=b"{}")
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="gb-results", Prefix=args.results_prefix)["Contents"]]
     assert keys == ["results/s1.json"]
+
+
+VPCE = "vpce-0a1b2c3d4e5f60001"
+BREAK_GLASS = "arn:aws:iam::123456789012:role/gpuburst-break-glass"
+
+
+def _statements(res, bucket: str) -> dict[str, dict]:
+    (pol,) = [r for r in res.monitor.by_type("aws:s3/bucketPolicy:BucketPolicy") if r.properties["bucket"] == bucket]
+    return {st["Sid"]: st for st in json.loads(pol.properties["policy"])["Statement"]}
+
+
+def test_data_buckets_are_tagged_clinical_and_the_log_bucket_access_logs():
+    res = _run(SlideStorageArgs(slides_bucket_name="s-in", results_bucket_name="s-out", access_log_bucket_name="s-log",
+                                tags={"Project": "gpuburst"}))
+    tags = {b: p["tags"] for b, p in _by_bucket(res, "aws:s3/bucket:Bucket", logs=True).items()}
+    assert tags == {"s-in": {"Project": "gpuburst", DATA_CLASS_TAG: CLINICAL_SLIDES},
+                    "s-out": {"Project": "gpuburst", DATA_CLASS_TAG: CLINICAL_SLIDES},
+                    "s-log": {"Project": "gpuburst", DATA_CLASS_TAG: ACCESS_LOGS}}
+
+
+def test_every_request_to_either_data_bucket_is_logged_into_the_log_bucket():
+    res = _run(SlideStorageArgs(slides_bucket_name="s-in", results_bucket_name="s-out", access_log_bucket_name="s-log"))
+    logging = _by_bucket(res, "aws:s3/bucketLogging:BucketLogging")
+    assert {b: (p["targetBucket"], p["targetPrefix"]) for b, p in logging.items()} == {
+        "s-in": ("s-log", "s3-access-logs/slides/"), "s-out": ("s-log", "s3-access-logs/results/")}
+    sts = _statements(res, "s-log")
+    assert set(sts) == {"DenyInsecureTransport", "DenyOutdatedTls", "S3ServerAccessLogsPolicy"}
+    assert sts["S3ServerAccessLogsPolicy"] == {
+        "Sid": "S3ServerAccessLogsPolicy", "Effect": "Allow", "Principal": {"Service": "logging.s3.amazonaws.com"},
+        "Action": ["s3:PutObject"], "Resource": "arn:aws:s3:::s-log/s3-access-logs/*",
+        "Condition": {"ArnLike": {"aws:SourceArn": ["arn:aws:s3:::s-in", "arn:aws:s3:::s-out"]},
+                      "StringEquals": {"aws:SourceAccount": FAKE_ACCOUNT}}}
+    # Log delivery may write before logging is switched on.
+    urns = {r.name: r.urn for r in res.registrations}
+    for r in res.monitor.by_type("aws:s3/bucketLogging:BucketLogging"):
+        assert urns["data-access-logs-tls-only"] in r.dependencies
+    pab = _by_bucket(res, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", logs=True)["s-log"]
+    assert all(pab[k] for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
+    own = _by_bucket(res, "aws:s3/bucketOwnershipControls:BucketOwnershipControls", logs=True)["s-log"]
+    assert own["rule"]["objectOwnership"] == "BucketOwnerEnforced"   # ACLs off: the bucket policy grants delivery
+
+
+def test_no_access_logs_when_turned_off():
+    res = _run(SlideStorageArgs(access_logs=False))
+    assert not res.monitor.by_type("aws:s3/bucketLogging:BucketLogging")
+    assert len(res.monitor.by_type("aws:s3/bucket:Bucket")) == 2
+
+
+def test_endpoint_restriction_denies_everything_from_elsewhere_except_break_glass():
+    res = _run(SlideStorageArgs(slides_bucket_name="s-in", results_bucket_name="s-out", vpc_endpoint_ids=[VPCE],
+                                break_glass_role_arns=[BREAK_GLASS]))
+    for bucket in ("s-in", "s-out"):
+        deny = _statements(res, bucket)["DenyOutsideVpce"]
+        assert deny == {
+            "Sid": "DenyOutsideVpce", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+            "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+            "Condition": {"StringNotEquals": {"aws:SourceVpce": [VPCE]},
+                          "ArnNotLike": {"aws:PrincipalArn": [BREAK_GLASS]}}}
+    logs = [r for r in res.monitor.by_type("aws:s3/bucketPolicy:BucketPolicy") if "access-logs" in r.name]
+    assert "DenyOutsideVpce" not in logs[0].properties["policy"]   # S3 log delivery comes from outside the VPC
+
+
+def test_endpoint_restriction_without_break_glass_exempts_nobody():
+    res = _run(SlideStorageArgs(slides_bucket_name="s-in", results_bucket_name="s-out", vpc_endpoint_ids=[VPCE]))
+    assert _statements(res, "s-in")["DenyOutsideVpce"]["Condition"] == {"StringNotEquals": {"aws:SourceVpce": [VPCE]}}
+
+
+def test_no_endpoint_restriction_by_default():
+    res = _run(SlideStorageArgs(slides_bucket_name="s-in", results_bucket_name="s-out"))
+    assert set(_statements(res, "s-in")) == {"DenyInsecureTransport", "DenyOutdatedTls"}
+
+
+def test_endpoint_ids_and_key_may_be_outputs():
+    def program():
+        key = pulumi.Output.from_input(KEY)
+        vpce = pulumi.Output.from_input(VPCE)
+        SlideStorage("data", SlideStorageArgs(slides_bucket_name="s-in", results_bucket_name="s-out",
+                                              kms_key_arn=key, vpc_endpoint_ids=[vpce]))
+    res = run_under_mocks(program)
+    assert _statements(res, "s-in")["DenyOutsideVpce"]["Condition"]["StringNotEquals"]["aws:SourceVpce"] == [VPCE]
+    enc = _by_bucket(res, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+    assert enc["s-in"]["rules"][0]["applyServerSideEncryptionByDefault"]["kmsMasterKeyId"] == KEY
+
+
+def test_break_glass_needs_an_endpoint_restriction_and_a_distinct_log_bucket():
+    with pytest.raises(ConfigError, match=r"^break_glass_role_arns: "):
+        st.validate_args(SlideStorageArgs(break_glass_role_arns=[BREAK_GLASS]))
+    with pytest.raises(ConfigError, match=r"^access_log_bucket_name: 'same' "):
+        st.validate_args(SlideStorageArgs(slides_bucket_name="same", access_log_bucket_name="same"))
+
+
+def _platform(**kw):
+    from pathlib import Path
+
+    import yaml
+
+    from components.config import parse_config
+    from components.platform import GpuBurstPlatform
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "Pulumi.dev.yaml").read_text(encoding="utf-8"))
+    return run_under_mocks(lambda: GpuBurstPlatform("p", parse_config(raw["config"], stack="dev"), **kw))
+
+
+def test_the_platform_passes_its_s3_endpoints_and_break_glass_roles_to_both_data_buckets():
+    res = _platform(s3_vpc_endpoint_ids=[VPCE], break_glass_role_arns=[BREAK_GLASS])
+    pols = [r for r in res.monitor.by_type("aws:s3/bucketPolicy:BucketPolicy") if "access-logs" not in r.name]
+    assert len(pols) == 2
+    for r in pols:
+        (deny,) = [st for st in json.loads(r.properties["policy"])["Statement"] if st["Sid"] == "DenyOutsideVpce"]
+        assert deny["Condition"] == {"StringNotEquals": {"aws:SourceVpce": [VPCE]},
+                                     "ArnNotLike": {"aws:PrincipalArn": [BREAK_GLASS]}}
+
+
+def _clinical_bucket_policies(plan: dict) -> list[dict]:
+    buckets = {r["name"] for r in plan["resources"] if r["type"] == "aws:s3/bucket:Bucket"
+               and (r["properties"].get("tags") or {}).get(DATA_CLASS_TAG) == CLINICAL_SLIDES}
+    assert len(buckets) == 2
+    return [r for r in plan["resources"]
+            if r["type"] == "aws:s3/bucketPolicy:BucketPolicy" and r["name"].removesuffix("-tls-only") in buckets]
+
+
+def test_dev_plan_buckets_are_clinical_tagged_tls_only_and_access_logged(dev):
+    pols = _clinical_bucket_policies(dev["plan"])
+    assert len(pols) == 2
+    for r in pols:
+        sids = {st["Sid"] for st in json.loads(r["properties"]["policy"])["Statement"]}
+        assert {"DenyInsecureTransport", "DenyOutdatedTls"} <= sids
+    logged = {r["properties"]["bucket"] for r in dev["plan"]["resources"]
+              if r["type"] == "aws:s3/bucketLogging:BucketLogging"}
+    assert len(logged) == 2 and logged == {r["properties"]["bucket"] for r in pols}
+
+
+def test_dev_plan_buckets_deny_requests_from_outside_its_s3_endpoints(dev):
+    """Once the platform wires the network's S3 endpoints (`s3_vpc_endpoint_ids`), the clinical buckets refuse the
+    rest; until the dev stack has a VPC with one, there is nothing to wire."""
+    endpoints = [r for r in dev["plan"]["resources"] if r["type"] == "aws:ec2/vpcEndpoint:VpcEndpoint"
+                 and str(r["properties"].get("serviceName", "")).endswith(".s3")]
+    if not endpoints:
+        pytest.skip("the dev plan has no S3 VPC endpoint to restrict the buckets to")
+    for r in _clinical_bucket_policies(dev["plan"]):
+        denies = [st for st in json.loads(r["properties"]["policy"])["Statement"] if st["Sid"] == "DenyOutsideVpce"]
+        assert len(denies) == 1, r["name"]
+        assert denies[0]["Action"] == "s3:*" and "aws:SourceVpce" in denies[0]["Condition"]["StringNotEquals"]

@@ -236,3 +236,11 @@ def test_placeholder_pre_pulls_the_worker_image_as_a_restricted_init_container()
     from policies.identity import is_placeholder
     assert is_placeholder(pod)
     assert "initContainers" not in placeholder_deployment_manifest("gpuburst")["spec"]["template"]["spec"]
+
+
+def test_the_pause_image_can_be_the_stacks_mirror():
+    from components.warm_floor import placeholder_deployment_manifest
+
+    mirror = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-dev/mirror/kubernetes/pause:3.10@sha256:" + "e" * 64
+    pod = placeholder_deployment_manifest("gpuburst", pause_image=mirror)["spec"]["template"]["spec"]
+    assert [c["image"] for c in pod["containers"]] == [mirror]

@@ -184,12 +184,48 @@ def chart(name: str, version: str | None = None) -> dict:
 
 
 def cluster(version: str | None = None) -> dict:
-    """An eks:index:Cluster at the catalogue's Kubernetes pin unless `version` is given."""
-    return {"name": "gpuburst-dev", "version": version if version is not None else catalogue.KUBERNETES_VERSION}
+    """An eks:index:Cluster at the catalogue's Kubernetes pin unless `version` is given (its VPC CNI enforcing
+    NetworkPolicies)."""
+    return {"name": "gpuburst-dev", "version": version if version is not None else catalogue.KUBERNETES_VERSION,
+            "vpcCniOptions": {"enableNetworkPolicy": True}}
 
 
-def compliant_resources() -> list[tuple[str, str, dict]]:
-    """(type, name, props) of a small stack that breaks no rule."""
+KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000"
+
+
+def with_key(props: dict) -> dict:
+    """Queue props encrypted with the compliant stack's customer key instead of SSE-SQS."""
+    props = {k: v for k, v in props.items() if k != "sqsManagedSseEnabled"}
+    return {**props, "kmsMasterKeyId": KEY_ARN}
+
+
+def boundary_resources() -> list[tuple]:
+    """What the clinical-data rules want of the compliant stack: its customer key, the control-plane log group, and
+    the gpu namespace's default-deny and worker NetworkPolicies (egress to DNS, the Pod Identity agent, the VPC)."""
+    key = urn("aws:kms/key:Key", "data-key")
+    netpol = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+
+    def policy(name: str, spec: dict) -> dict:
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": name, "namespace": "gpu"}, "spec": spec}
+
+    egress = [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                       "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+               "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+              {"to": [{"ipBlock": {"cidr": "169.254.170.23/32"}}], "ports": [{"protocol": "TCP", "port": 80}]},
+              {"to": [{"ipBlock": {"cidr": "10.0.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 443}]}]
+    return [
+        ("aws:kms/key:Key", "data-key", {"enableKeyRotation": True, "deletionWindowInDays": 30}),
+        ("aws:cloudwatch/logGroup:LogGroup", "control-plane-logs",
+         {"name": "/aws/eks/gpuburst-dev/cluster", "retentionInDays": 90, "kmsKeyId": KEY_ARN}, None, [key]),
+        (netpol, "default-deny", policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]})),
+        (netpol, "workers", policy("workers", {"podSelector": {}, "policyTypes": ["Egress"], "egress": egress})),
+    ]
+
+
+def compliant_resources() -> list[tuple]:
+    """(type, name, props[, parent URN[, dependencies]]) of a small stack that breaks no rule."""
+    key = [urn("aws:kms/key:Key", "data-key")]
     return [
         (T_EKS, "cluster", cluster()),
         (T_CHART, "karpenter-crd", chart("karpenter-crd")),
@@ -199,12 +235,12 @@ def compliant_resources() -> list[tuple[str, str, dict]]:
         (T_NODECLASS, "gpu-nodeclass", nodeclass()),
         (T_NODEPOOL, "gpu-nodepool", gpu_nodepool()),
         (T_NODEPOOL, "general-nodepool", cpu_nodepool()),
-        (T_QUEUE, "slides-dlq", dead_letter_queue()),
-        (T_QUEUE, "slides-queue", work_queue()),
+        (T_QUEUE, "slides-dlq", with_key(dead_letter_queue()), None, key),
+        (T_QUEUE, "slides-queue", with_key(work_queue()), None, key),
         (T_TA, "slides-sqs", trigger_auth()),
         (T_SCALEDJOB, "slides", scaled_job()),
         (T_DEPLOYMENT, "studies", consumer_deployment()),
-    ] + wired_resources()
+    ] + wired_resources() + boundary_resources()
 
 
 OPERATOR_ROLE_ARN = "arn:aws:iam::123456789012:role/keda-operator"
@@ -270,16 +306,20 @@ def wired_resources() -> list[tuple]:
 
 
 def plan(*resources: tuple, stack: str = "dev") -> dict:
-    """A plan document from (type, props), (type, name, props) or (type, name, props, parent URN) tuples."""
+    """A plan document from (type, props), (type, name, props), (type, name, props, parent URN) or (type, name,
+    props, parent URN, dependency URNs) tuples."""
     out = []
     for res in resources:
+        deps = res[4] if len(res) == 5 else None
         rtype, name, props, parent = tuple(res) + (None,) if len(res) == 3 else \
-            tuple(res) if len(res) == 4 else (res[0], None, res[1], None)
+            tuple(res[:4]) if len(res) >= 4 else (res[0], None, res[1], None)
         entry = {"type": rtype, "properties": copy.deepcopy(props)}
         if name:
             entry["name"] = name
         if parent:
             entry["parent"] = parent
+        if deps:
+            entry["dependencies"] = list(deps)
         out.append(entry)
     return {"stack": stack, "resources": out}
 

@@ -28,6 +28,8 @@ T_QUEUE = "aws:sqs/queue:Queue"
 T_ROLE = "aws:iam/role:Role"
 T_ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
 T_PLATFORM = "gpuburst:index:GpuBurstPlatform"
+T_KEY = "aws:kms/key:Key"
+T_NETPOL = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 T_KEDA = "gpuburst:index:ExistingKeda"
 T_KARPENTER = "gpuburst:index:ExistingKarpenter"
 T_CLUSTER = "gpuburst:index:ExistingCluster"
@@ -38,10 +40,12 @@ def urn(rtype: str, name: str) -> str:
     return f"urn:pulumi:dev::gpuburst::{rtype}::{name}"
 
 
-def entry(rtype: str, name: str, props: dict, parent: str | None = None) -> dict:
+def entry(rtype: str, name: str, props: dict, parent: str | None = None, deps: list[str] | None = None) -> dict:
     out = {"type": rtype, "name": name, "properties": copy.deepcopy(props)}
     if parent:
         out["parent"] = parent
+    if deps:
+        out["dependencies"] = list(deps)
     return out
 
 
@@ -70,14 +74,58 @@ def gpu_nodepool(nodeclass: str = "gpu", name: str = "gpu") -> dict:
         "limits": {"nvidia.com/gpu": 4}}}
 
 
-def queues() -> list[dict]:
-    """A work queue and its dead-letter queue, as WorkQueue declares them."""
+KEY_ARN = f"arn:aws:kms:us-east-1:{ACCOUNT}:key/00000000-0000-0000-0000-000000000000"
+"""The ARN the offline mocks give every KMS key (a key field naming it also depends on the key's URN)."""
+
+
+def queue_key(name: str = "slides-key") -> dict:
+    """A rotated customer KMS key for the queues (what `customer-managed-keys` wants)."""
+    return entry(T_KEY, name, {"description": "Encrypts the slide queues", "enableKeyRotation": True,
+                               "deletionWindowInDays": 30})
+
+
+def queues(key: str = "slides-key") -> list[dict]:
+    """A work queue and its dead-letter queue, as WorkQueue declares them, encrypted with the plan's key `key`."""
     dlq_arn = f"arn:aws:sqs:us-east-1:{ACCOUNT}:slides-dlq"
-    work = {"name": "slides", "visibilityTimeoutSeconds": 600, "sqsManagedSseEnabled": True,
+    work = {"name": "slides", "visibilityTimeoutSeconds": 600, "kmsMasterKeyId": KEY_ARN,
             "redrivePolicy": '{"deadLetterTargetArn": "%s", "maxReceiveCount": 3}' % dlq_arn,
             "tags": {"gpuburst.io/role": "work", "gpuburst.io/expected-processing-s": "300"}}
-    dlq = {"name": "slides-dlq", "sqsManagedSseEnabled": True, "tags": {"gpuburst.io/role": "dead-letter"}}
-    return [entry(T_QUEUE, "slides-queue", work), entry(T_QUEUE, "slides-dlq", dlq)]
+    dlq = {"name": "slides-dlq", "kmsMasterKeyId": KEY_ARN, "tags": {"gpuburst.io/role": "dead-letter"}}
+    deps = [urn(T_KEY, key)]
+    return [entry(T_QUEUE, "slides-queue", work, deps=deps), entry(T_QUEUE, "slides-dlq", dlq, deps=deps)]
+
+
+WORKER_LABELS = {"app.kubernetes.io/name": "gpuburst-worker", "app.kubernetes.io/instance": "slides"}
+"""The labels of the ScaledJob's worker pods (`components.spec.names.WORKER_LABEL`)."""
+VPC_CIDR = "10.0.0.0/16"
+
+
+def default_deny(ns: str = "gpu") -> dict:
+    """Nothing in, nothing out, for every pod of the namespace."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "default-deny", "namespace": ns},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}
+
+
+def worker_network_policy(ns: str = "gpu", egress: list | None = None, labels: dict | None = None) -> dict:
+    """The worker pods may reach DNS, the Pod Identity agent and the VPC (the endpoints of S3 and SQS), nothing else."""
+    rules = egress if egress is not None else [
+        {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"to": [{"ipBlock": {"cidr": "169.254.170.23/32"}}, {"ipBlock": {"cidr": "fd00:ec2::23/128"}}],
+         "ports": [{"protocol": "TCP", "port": 80}]},
+        {"to": [{"ipBlock": {"cidr": VPC_CIDR}}], "ports": [{"protocol": "TCP", "port": 443}]}]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "slides-worker", "namespace": ns},
+            "spec": {"podSelector": {"matchLabels": dict(labels if labels is not None else WORKER_LABELS)},
+                     "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": rules}}
+
+
+def network_boundary(ns: str = "gpu") -> list[dict]:
+    """The default-deny and worker NetworkPolicies of a namespace running worker pods."""
+    return [entry(T_NETPOL, f"{ns}-default-deny", default_deny(ns)),
+            entry(T_NETPOL, f"{ns}-slides-worker", worker_network_policy(ns))]
 
 
 def pod(sa: str = "slides-worker", ephemeral: str = "52Gi") -> dict:
@@ -91,7 +139,8 @@ def pod(sa: str = "slides-worker", ephemeral: str = "52Gi") -> dict:
 
 def scaled_job(sa: str = "slides-worker", auth: str = "slides-sqs", ns: str = "gpu") -> dict:
     return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledJob", "metadata": {"name": "slides", "namespace": ns},
-            "spec": {"jobTargetRef": {"template": {"spec": pod(sa)}, "backoffLimit": 0}, "maxReplicaCount": 4,
+            "spec": {"jobTargetRef": {"template": {"metadata": {"labels": dict(WORKER_LABELS)}, "spec": pod(sa)},
+                                      "backoffLimit": 0}, "maxReplicaCount": 4,
                      "rollout": {"strategy": "gradual"},
                      "triggers": [{"type": "aws-sqs-queue", "authenticationRef": {"name": auth},
                                    "metadata": {"queueURL": f"https://sqs.us-east-1.amazonaws.com/{ACCOUNT}/slides",
@@ -131,6 +180,7 @@ def existing_karpenter(**over) -> dict:
 
 def existing_cluster(**over) -> dict:
     return {"clusterName": "platform", "systemNodeLabels": dict(SYSTEM), "devicePlugin": True,
+            "networkPolicyEnforced": True,
             "nodeClasses": {"gpu": {"rootVolumeGiB": 100, "amiAlias": "al2023@latest"}}, **over}
 
 
@@ -142,9 +192,10 @@ def references(keda: dict | None = None, karpenter: dict | None = None, cluster:
 
 def workload(job: dict | None = None, ta: dict | None = None, sa: dict | None = None, assoc: dict | None = None,
              scaler_role: bool = True, refs: bool = True) -> dict:
-    """Fragment (iv): a NodePool, a work queue, a ScaledJob, its TriggerAuthentication, ServiceAccount and Pod Identity
-    association (and the scaler role, trusting the existing KEDA operator's role), attached through references."""
-    entries = [entry(T_NODEPOOL, "gpu-nodepool", gpu_nodepool()), *queues(),
+    """Fragment (iv): a NodePool, a work queue (with its customer key), a ScaledJob, its TriggerAuthentication,
+    ServiceAccount and Pod Identity association, the namespace's default-deny and worker NetworkPolicies (and the scaler
+    role, trusting the existing KEDA operator's role), attached through references."""
+    entries = [entry(T_NODEPOOL, "gpu-nodepool", gpu_nodepool()), queue_key(), *queues(), *network_boundary(),
                entry(T_SCALEDJOB, "slides", job or scaled_job()), entry(T_TA, "slides-sqs", ta or trigger_auth()),
                entry(T_SA, "slides-sa", sa or service_account()), entry(T_ASSOCIATION, "slides-worker",
                                                                        assoc or association())]

@@ -50,3 +50,45 @@ def test_the_cli_on_the_dev_plan_exits_0(dev_plan, tmp_path):
                             text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith("policy check passed")
+
+
+BOUNDARY_POLICIES = ("worker-network-policy", "network-policy-enforced", "pod-identity-trust-conditioned",
+                     "slide-bucket-boundary", "customer-managed-keys")
+"""The clinical-data boundary's mandatory rules (issue 19 item 6)."""
+NETPOL = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+
+
+def test_dev_plan_keeps_the_clinical_data_boundary(dev_plan, analyze):
+    types = {r["type"] for r in dev_plan["resources"]}
+    for expected in (NETPOL, "aws:s3/bucket:Bucket", "aws:s3/bucketPolicy:BucketPolicy", "aws:kms/key:Key",
+                     "aws:iam/role:Role", "aws:cloudwatch/logGroup:LogGroup"):
+        assert expected in types, f"{expected} not in the dev plan"
+    report = analyze(dev_plan)
+    found = [d.line() for d in report.mandatory if d.policy in BOUNDARY_POLICIES]
+    assert found == [], "\n".join(found)
+
+
+def test_dev_plan_with_a_worker_policy_open_to_the_internet_fails_naming_it(dev_plan, analyze):
+    plan = copy.deepcopy(dev_plan)
+    policy = next(r for r in plan["resources"] if r["type"] == NETPOL
+                  and r["properties"]["spec"].get("podSelector", {}).get("matchLabels"))
+    rules = policy["properties"]["spec"].setdefault("egress", [])
+    rules.append({"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 8443}]})
+    report = analyze(plan)
+    where = f"spec.egress[{len(rules) - 1}].to[0].ipBlock.cidr = '0.0.0.0/0'"
+    found = [d for d in report.by_policy("worker-network-policy") if d.urn == policy["urn"] and where in d.message]
+    assert len(found) == 1 and found[0].level == "MANDATORY", [d.line() for d in report.diagnostics]
+
+
+def test_dev_plan_with_an_unconditioned_worker_trust_policy_fails_naming_the_role(dev_plan, analyze):
+    plan = copy.deepcopy(dev_plan)
+    role = next(r for r in plan["resources"] if r["type"] == "aws:iam/role:Role"
+                and "pods.eks.amazonaws.com" in str(r["properties"].get("assumeRolePolicy")))
+    doc = json.loads(role["properties"]["assumeRolePolicy"])
+    for statement in doc["Statement"]:
+        statement.pop("Condition", None)
+    role["properties"]["assumeRolePolicy"] = json.dumps(doc)
+    report = analyze(plan)
+    found = [d for d in report.by_policy("pod-identity-trust-conditioned") if d.urn == role["urn"]]
+    assert {("aws:SourceAccount" in d.message, "aws:SourceArn" in d.message) for d in found} == {
+        (True, False), (False, True)}, [d.line() for d in report.diagnostics]

@@ -89,7 +89,8 @@ def test_a_config_value_of_the_wrong_type_is_one_line_naming_it(key, value, expe
 def test_the_config_keys_are_the_documented_ones():
     config_keys = {k for k, f in FACTS.items() if f.schema is not None}
     assert config_keys == {"kedaVersion", "kedaNamespace", "kedaOperatorServiceAccount", "kedaOperatorRoleArn",
-                           "karpenterVersion", "systemNodeLabels", "nodeClassRootVolumeGiB", "devicePlugin"}
+                           "karpenterVersion", "systemNodeLabels", "nodeClassRootVolumeGiB", "devicePlugin",
+                           "networkPolicyEnforced"}
     schema = config_schema("devicePlugin", "nodeClassAmiAlias").properties
     assert set(schema) == {"wholePlatform", "devicePlugin"}  # a reference-only fact has no config key
     assert schema["wholePlatform"]["type"] == "boolean" and schema["devicePlugin"]["type"] == "boolean"

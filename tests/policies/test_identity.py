@@ -34,3 +34,16 @@ def test_the_keda_operator_is_found_from_the_chart_or_from_the_facts_of_a_partia
     sa, association = identity.keda_operator_identity(plan, scope_of(plan))
     assert sa == ("keda", "keda-operator") and association.name == "operator"
     assert not identity.keda_in_plan(plan)
+
+
+def test_the_pause_image_and_its_mirror_at_the_same_digest_are_placeholders():
+    from policies._components import catalogue
+    from policies.identity import is_pause_image, is_placeholder
+
+    _, _, digest = catalogue.PAUSE_IMAGE.partition("@")
+    mirror = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/gpuburst-prod/mirror/kubernetes/pause:3.10@{digest}"
+    assert is_pause_image(catalogue.PAUSE_IMAGE) and is_pause_image(mirror)
+    assert not is_pause_image(mirror.replace(digest, "sha256:" + "0" * 64))  # another image under the name
+    assert not is_pause_image(mirror.replace("/pause:", "/worker:"))
+    assert is_placeholder({"containers": [{"image": mirror}]})
+    assert not is_placeholder({"containers": [{"image": mirror}, {"image": "worker@sha256:" + "a" * 64}]})

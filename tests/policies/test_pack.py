@@ -11,15 +11,19 @@ from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValid
 from policies import (
     ami,
     boundary,
+    buckets,
     gpu_nodepool,
     hardware,
     harness,
     keda_provider,
+    keys,
+    network,
     nodepool_diversity,
     pack,
     plan_complete,
     queues,
     schedulability,
+    trust,
     versions,
     wiring,
     workloads,
@@ -30,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_rule_module_is_in_the_pack_with_unique_names():
     assert set(pack.RULE_MODULES) == {nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues,
-                                      workloads, wiring, schedulability, hardware, plan_complete, boundary}
+                                      workloads, wiring, schedulability, hardware, network, trust, buckets, keys,
+                                      plan_complete, boundary}
     policies = pack.all_policies()
     names = [p.name for p in policies]
     assert len(names) == len(set(names)) == sum(len(m.POLICIES) for m in pack.RULE_MODULES)
@@ -39,9 +44,10 @@ def test_every_rule_module_is_in_the_pack_with_unique_names():
         assert policy.enforcement_level is not None, policy.name
 
 
-def test_only_the_identity_owner_support_window_and_boundary_rules_are_advisory_by_default():
+def test_only_the_identity_owner_support_window_session_tags_and_boundary_rules_are_advisory_by_default():
     advisory = {p.name for p in pack.all_policies() if p.enforcement_level == EnforcementLevel.ADVISORY}
-    assert advisory == {keda_provider.IDENTITY_OWNER_NAME, versions.SUPPORT_WINDOW_NAME, boundary.NAME}
+    assert advisory == {keda_provider.IDENTITY_OWNER_NAME, versions.SUPPORT_WINDOW_NAME, trust.SESSION_TAGS_NAME,
+                        boundary.NAME}
 
 
 def test_importing_the_package_builds_no_pack():

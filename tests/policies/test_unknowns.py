@@ -90,11 +90,23 @@ def unknown_everywhere(samples) -> dict:
                   {"name": "p", "image": "nvcr.io/nvidia/k8s-device-plugin:v0",
                    "command": ["nvidia-device-plugin"]}]}}}}
     image = {"dockerfile": {"location": "worker/Dockerfile"}, "context": {"location": "."}}
+    cluster = samples.cluster(U)
+    cluster["vpcCniOptions"]["enableNetworkPolicy"] = U
+    queue["kmsMasterKeyId"] = U
+    egress = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+              "metadata": {"name": "workers", "namespace": "gpu"},
+              "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": U}}]}]}}
+    trust = {"Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+                            "Action": "sts:AssumeRole", "Condition": U}]}
     return samples.plan((samples.T_NODEPOOL, nodepool), (samples.T_NODECLASS, nc), (samples.T_TA, ta),
                         (samples.T_SCALEDJOB, sj), (samples.T_QUEUE, queue), (samples.T_CHART, crd),
-                        (samples.T_CHART, karpenter), (samples.T_EKS, samples.cluster(U)),
+                        (samples.T_CHART, karpenter), (samples.T_EKS, cluster),
                         ("aws:eks/podIdentityAssociation:PodIdentityAssociation", association),
-                        ("kubernetes:apps/v1:DaemonSet", plugin), ("docker-build:index:Image", image))
+                        ("kubernetes:apps/v1:DaemonSet", plugin), ("docker-build:index:Image", image),
+                        ("kubernetes:networking.k8s.io/v1:NetworkPolicy", egress),
+                        ("aws:cloudwatch/logGroup:LogGroup", {"name": U, "retentionInDays": 30}),
+                        ("aws:iam/role:Role", {"assumeRolePolicy": trust}),
+                        ("aws:s3/bucket:Bucket", {"tags": {"gpuburst.io/data-class": U}}))
 
 
 def test_over_grpc_every_mandatory_rule_flags_its_unknown_as_mandatory(analyze, samples):

@@ -38,7 +38,7 @@ def test_example_stacks_parse(stack):
 
 def test_prod_restricts_the_endpoint_and_pins_the_ami():
     cfg = parse_config(stack_file("prod"), stack="prod")
-    assert cfg.public_access_cidrs == ("203.0.113.0/24",)
+    assert cfg.endpoint_public_access is True and cfg.public_access_cidrs == ("203.0.113.0/24",)
     assert cfg.ami_alias.startswith("al2023@v")
     assert cfg.region == "eu-west-1"
 
@@ -81,6 +81,10 @@ def test_duplicate_spelling_of_one_type_refused():
     ("amiAlias", "al2@latest", "al2@latest"),
     ("gpuLimit", "0", "0"),
     ("publicAccessCidrs", json.dumps(["10.0.0.0/33"]), "10.0.0.0/33"),
+    ("publicAccessCidrs", json.dumps(["0.0.0.0/0"]), "0.0.0.0/0"),
+    ("vpcCidr", "0.0.0.0/0", "0.0.0.0/0"),
+    ("vpcCidr", "10.64.0.0/24", "10.64.0.0/24"),
+    ("vpcCidr", "52.0.0.0/16", "52.0.0.0/16"),
     ("alarmEmails", json.dumps(["not-an-address"]), "not-an-address"),
     ("environment", "Prod_1", "Prod_1"),
 ])
@@ -89,6 +93,22 @@ def test_bad_values_name_key_and_value(key, value, needle):
         parse_config({f"gpuburst:{key}": value})
     text = one_line(e.value)
     assert f"gpuburst:{key}" in text and needle in text
+
+
+def test_the_api_endpoint_is_private_by_default_and_never_open_to_the_world():
+    cfg = parse_config(MINIMAL)
+    assert cfg.endpoint_public_access is False and cfg.public_access_cidrs == () and cfg.vpc_cidr == "10.64.0.0/16"
+    for stack in ("dev", "prod"):
+        assert "0.0.0.0/0" not in parse_config(stack_file(stack), stack=stack).public_access_cidrs, stack
+    with pytest.raises(ConfigError) as e:
+        parse_config({**MINIMAL, "gpuburst:endpointPublicAccess": "true"})
+    assert one_line(e.value).startswith("gpuburst:publicAccessCidrs: None is not valid: required")
+    with pytest.raises(ConfigError) as e:
+        parse_config({**MINIMAL, "gpuburst:publicAccessCidrs": json.dumps(["203.0.113.0/24"])})
+    assert "endpointPublicAccess" in one_line(e.value)
+    cfg = parse_config({**MINIMAL, "gpuburst:endpointPublicAccess": "true", "gpuburst:vpcCidr": "10.80.0.0/16",
+                        "gpuburst:publicAccessCidrs": json.dumps(["203.0.113.0/24"])})
+    assert cfg.public_access_cidrs == ("203.0.113.0/24",) and cfg.vpc_cidr == "10.80.0.0/16"
 
 
 def test_kubernetes_outside_supported_range():

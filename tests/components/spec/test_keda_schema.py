@@ -2,6 +2,7 @@
 name the field, the value and what the pinned KEDA accepts."""
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import pulumi
@@ -121,7 +122,16 @@ def test_role_arn_must_be_a_role_arn():
     assert "spec.podIdentity.roleArn: 'arn:aws:iam::123456789012:user/bob'" in text
 
 
-def test_role_arn_output_is_not_judged():
+@pytest.fixture
+def open_loop():
+    """An open event loop for an Output made outside a Pulumi program (a mocks run before this test closes its)."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield loop
+    loop.close()
+
+
+def test_role_arn_output_is_not_judged(open_loop):
     assert keda_manifest_problems(trigger_auth(provider="aws", roleArn=pulumi.Output.from_input(ROLE))) == []
 
 
@@ -229,7 +239,7 @@ def test_scaled_job_rule_failures_the_crd_also_catches(upstream_crds):
         assert keda_manifest_problems(m) and validate_against_crd(m, crd)
 
 
-def test_outputs_are_not_judged():
+def test_outputs_are_not_judged(open_loop):
     m = scaled_job()
     m["spec"]["triggers"][0]["metadata"]["queueURL"] = pulumi.Output.from_input(QUEUE_URL)
     assert keda_manifest_problems(m) == []

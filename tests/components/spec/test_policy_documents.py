@@ -170,3 +170,70 @@ def test_builders_accept_outputs_and_render_real_json_under_mocks():
     (bp,) = res.monitor.by_type("aws:s3/bucketPolicy:BucketPolicy")
     assert json.loads(bp.properties["policy"])["Statement"][0]["Resource"] == [
         "arn:aws:s3:::gpuburst-dev-results", "arn:aws:s3:::gpuburst-dev-results/*"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Issue 19: the dead-letter send, the endpoint-only bucket policy, the access-log bucket, the Pod Identity trust.
+# --------------------------------------------------------------------------------------------------------------------
+
+DLQ = "arn:aws:sqs:us-east-1:123456789012:slides-dlq"
+VPCE = "vpce-0a1b2c3d4e5f60001"
+
+
+def test_dead_letter_sender_may_only_send_and_with_a_cmk_generate_a_data_key_through_sqs():
+    assert pd.dead_letter_sender_statements(DLQ) == [
+        {"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": DLQ}]
+    send, kms = pd.dead_letter_sender_statements(DLQ, kms_key_arn=KEY)
+    assert kms == {"Effect": "Allow", "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": KEY,
+                   "Condition": {"StringLike": {"kms:ViaService": "sqs.*.amazonaws.com"}}}
+    with pytest.raises(ConfigError, match="^dead_letter_queue_arn: "):
+        pd.dead_letter_sender_statements("slides-dlq")
+
+
+def test_data_bucket_policy_denies_everything_from_outside_the_endpoints():
+    doc = pd.data_bucket_policy(BUCKET, vpc_endpoint_ids=[VPCE])
+    assert [st["Sid"] for st in doc["Statement"]] == ["DenyInsecureTransport", "DenyOutdatedTls", "DenyOutsideVpce"]
+    assert doc["Statement"][2] == {
+        "Sid": "DenyOutsideVpce", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+        "Resource": [BUCKET, BUCKET + "/*"], "Condition": {"StringNotEquals": {"aws:SourceVpce": [VPCE]}}}
+    assert pd.data_bucket_policy(BUCKET) == pd.bucket_tls_only_policy(BUCKET)
+
+
+def test_break_glass_roles_are_exempt_by_principal_arn():
+    role = "arn:aws:iam::123456789012:role/break-glass-*"
+    st = pd.deny_outside_vpc_endpoints_statement([BUCKET], [VPCE], [role])
+    assert st["Condition"] == {"StringNotEquals": {"aws:SourceVpce": [VPCE]},
+                               "ArnNotLike": {"aws:PrincipalArn": [role]}}
+
+
+@pytest.mark.parametrize("endpoints,roles,field", [
+    ([], (), "vpc_endpoint_ids"), (VPCE, (), "vpc_endpoint_ids"), (["vpc-0a1b2c3d"], (), "vpc_endpoint_ids"),
+    ([VPCE], "arn:aws:iam::123456789012:role/a", "break_glass_role_arns"),
+    ([VPCE], ["arn:aws:iam::123456789012:user/a"], "break_glass_role_arns"),
+])
+def test_bad_endpoint_restrictions_are_one_line_errors(endpoints, roles, field):
+    with pytest.raises(ConfigError) as e:
+        pd.deny_outside_vpc_endpoints_statement([BUCKET], endpoints, roles)
+    assert str(e.value).startswith(f"{field}: ") and "\n" not in str(e.value)
+
+
+def test_access_log_bucket_policy_lets_s3_log_delivery_write_for_the_named_buckets_only():
+    logs = "arn:aws:s3:::gb-logs"
+    doc = pd.access_log_bucket_policy(logs, "s3-access-logs/", [BUCKET], "123456789012")
+    assert [st["Sid"] for st in doc["Statement"]] == ["DenyInsecureTransport", "DenyOutdatedTls",
+                                                      "S3ServerAccessLogsPolicy"]
+    st = doc["Statement"][2]
+    assert st["Principal"] == {"Service": "logging.s3.amazonaws.com"} and st["Action"] == ["s3:PutObject"]
+    assert st["Resource"] == "arn:aws:s3:::gb-logs/s3-access-logs/*"
+    assert st["Condition"] == {"ArnLike": {"aws:SourceArn": [BUCKET]},
+                               "StringEquals": {"aws:SourceAccount": "123456789012"}}
+    with pytest.raises(ConfigError, match="^prefix: "):
+        pd.access_log_bucket_policy(logs, "logs", [BUCKET], "123456789012")
+
+
+def test_pod_identity_subject_check():
+    pd.check_pod_identity_subject("gpuburst", "slides-worker")
+    with pytest.raises(ConfigError, match="^namespace: "):
+        pd.check_pod_identity_subject("a" * 64, "sa")
+    with pytest.raises(ConfigError, match="^service_account: "):
+        pd.check_pod_identity_subject("gpuburst", "Bad_SA")

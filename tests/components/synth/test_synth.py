@@ -307,3 +307,73 @@ def test_an_error_in_another_projects_component_names_the_component_and_nothing_
     assert proc.stderr.startswith("synth: GpuNodePool 'pool': instance_types: ['g5.2xlarge'] is not valid: "), \
         proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr  # one line: no asyncio traceback under it
+
+
+# -- the network boundary (issue 19) ----------------------------------------------------------------------------------
+
+WORLD = {"0.0.0.0/0", "::/0"}
+
+
+def test_the_plan_holds_the_vpc_endpoints(dev):
+    endpoints = {(r["properties"]["serviceName"], r["properties"]["vpcEndpointType"])
+                 for r in of_type(dev["plan"], "aws:ec2/vpcEndpoint:VpcEndpoint")}
+    assert ("com.amazonaws.us-east-1.s3", "Gateway") in endpoints
+    for service in ("s3", "sqs", "sts", "ecr.api", "ecr.dkr", "eks-auth", "logs"):
+        assert (f"com.amazonaws.us-east-1.{service}", "Interface") in endpoints, service
+
+
+def test_network_policy_enforcement_is_visible_in_the_plan(dev):
+    # The pack's contract: eks:index:Cluster vpcCniOptions.enableNetworkPolicy, or a vpc-cni Addon saying so.
+    (cluster,) = of_type(dev["plan"], "eks:index:Cluster")
+    addons = [a for a in of_type(dev["plan"], "aws:eks/addon:Addon") if a["properties"]["addonName"] == "vpc-cni"]
+    assert (cluster["properties"].get("vpcCniOptions", {}).get("enableNetworkPolicy") is True
+            or any(json.loads(a["properties"].get("configurationValues") or "{}").get("enableNetworkPolicy") == "true"
+                   for a in addons))
+
+
+def test_worker_network_policies_never_egress_to_the_world_under_a_default_deny(dev):
+    policies = {r["properties"]["metadata"]["name"]: r["properties"]
+                for r in of_type(dev["plan"], "kubernetes:networking.k8s.io/v1:NetworkPolicy")}
+    deny = policies["default-deny"]
+    assert deny["metadata"]["namespace"] == "gpuburst" and deny["spec"]["podSelector"] == {}
+    assert deny["spec"]["policyTypes"] == ["Ingress", "Egress"] and deny["spec"]["egress"] == []
+    workers = [p for n, p in policies.items() if n.endswith("-worker")]
+    assert len(workers) == 2
+    for p in workers:
+        blocks = {t["ipBlock"]["cidr"] for rule in p["spec"]["egress"] for t in rule["to"] if "ipBlock" in t}
+        assert not blocks & WORLD and "10.64.0.0/16" in blocks
+
+
+def test_gpu_subnets_route_nowhere_outside_the_vpc(dev):
+    plan = dev["plan"]
+    gpu_subnets = {r["name"] for r in of_type(plan, "aws:ec2/subnet:Subnet")
+                   if r["properties"]["tags"].get("gpuburst.io/network-tier") == "gpu"}
+    assert len(gpu_subnets) >= 2
+    tables = {r["name"]: r for r in of_type(plan, "aws:ec2/routeTable:RouteTable")}
+    associations = of_type(plan, "aws:ec2/routeTableAssociation:RouteTableAssociation")
+    used = {a["properties"]["routeTableId"] for a in associations
+            if a["properties"]["subnetId"].removesuffix("-id") in gpu_subnets}  # the mocks' ids: <name>-id
+    assert len(used) == 1
+    (table,) = [t for n, t in tables.items() if f"{n}-id" in used]
+    assert not [r for r in table["properties"].get("routes", []) if r.get("cidrBlock") in WORLD
+                or r.get("ipv6CidrBlock") in WORLD]
+
+
+def test_the_api_endpoint_is_not_open_to_the_world(dev):
+    (cluster,) = of_type(dev["plan"], "eks:index:Cluster")
+    p = cluster["properties"]
+    if p.get("endpointPublicAccess"):
+        assert p["publicAccessCidrs"] and not set(p["publicAccessCidrs"]) & WORLD
+
+
+def test_gpu_nodes_have_their_own_security_group_with_no_egress_to_the_world(dev):
+    plan = dev["plan"]
+    (nc,) = of_type(plan, "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    (term,) = nc["properties"]["spec"]["securityGroupSelectorTerms"]
+    groups = [g for g in of_type(plan, "aws:ec2/securityGroup:SecurityGroup")
+              if all(g["properties"].get("tags", {}).get(k) == v for k, v in term["tags"].items())]
+    assert len(groups) == 1
+    egress = groups[0]["properties"]["egress"]
+    assert egress and not {c for rule in egress for c in rule.get("cidrBlocks", []) + rule.get("ipv6CidrBlocks", [])
+                           } & WORLD
+    assert all(c == "10.64.0.0/16" for rule in egress for c in rule["cidrBlocks"])

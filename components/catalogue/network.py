@@ -1,0 +1,137 @@
+"""Network facts: the VPC endpoints a cluster whose GPU subnets have no route out needs, the images GPU nodes run
+that live outside ECR, and what the boundary's parts cost, each with its source."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .pins import NVIDIA_DEVICE_PLUGIN_VERSION, PAUSE_IMAGE
+
+__all__ = [
+    "DEFAULT_VPC_CIDR",
+    "PRIVATE_IPV4_RANGES",
+    "ENDPOINT_SCOPES",
+    "EndpointService",
+    "VPC_ENDPOINTS",
+    "endpoint_service_name",
+    "ECR_LAYER_BUCKET",
+    "PULL_THROUGH_UPSTREAMS",
+    "MirroredImage",
+    "GPU_NODE_MIRRORS",
+    "INTERFACE_ENDPOINT_USD_PER_AZ_HOUR",
+    "NAT_GATEWAY_USD_PER_HOUR",
+]
+
+DEFAULT_VPC_CIDR = "10.64.0.0/16"
+"""The VPC the platform creates when the stack sets no `vpcCidr`: /16, so each of up to three zones gets a /20 per
+tier (GPU, system) and the GPU pool never runs out of pod IPs."""
+
+PRIVATE_IPV4_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+"""Where a VPC's IPv4 CIDR may lie: RFC 1918 and the RFC 6598 shared range (Amazon VPC User Guide, "IP addressing
+for your VPCs and subnets": AWS accepts both for a VPC)."""
+
+ENDPOINT_SCOPES = ("account", "principal", "open")
+"""What an endpoint's policy lets through: `account` (caller and resource both in this stack's account, so no one's
+own credentials can write to their own bucket or queue through it), `principal` (callers of this account only: the
+resources are AWS's, e.g. the EKS add-on images in AWS's ECR), `open` (the endpoint's default full access)."""
+
+
+@dataclass(frozen=True)
+class EndpointService:
+    """One VPC endpoint the platform's VPC holds."""
+
+    service: str
+    """The service name after `com.amazonaws.<region>.`, e.g. `sqs`."""
+    kind: str
+    """`Interface` (ENIs in the GPU subnets, private DNS on) or `Gateway` (a route in the system route table)."""
+    scope: str
+    """Its policy, one of ENDPOINT_SCOPES."""
+    needed_by: str
+    """Who calls the service from inside the VPC."""
+
+
+VPC_ENDPOINTS: tuple[EndpointService, ...] = (
+    EndpointService("s3", "Gateway", "account",
+                    "system nodes' S3 traffic that does not go through the VPC resolver (kept off the NAT)"),
+    EndpointService("s3", "Interface", "account",
+                    "the worker's slides and results, and ECR's image layers: with private DNS for all resolvers S3 "
+                    "resolves into the VPC CIDR, the only HTTPS destination the worker NetworkPolicy names"),
+    EndpointService("sqs", "Interface", "account",
+                    "the worker's queue, KEDA's queue-length polls, Karpenter's interruption queue"),
+    EndpointService("sts", "Interface", "open",
+                    "web-identity role sessions (the cluster's OIDC provider): AssumeRoleWithWebIdentity is not "
+                    "signed, so a caller-account condition would refuse it"),
+    EndpointService("ecr.api", "Interface", "principal", "image pulls by every node (the worker image, EKS add-ons)"),
+    EndpointService("ecr.dkr", "Interface", "principal", "image pulls by every node (the registry API)"),
+    EndpointService("eks-auth", "Interface", "principal", "the EKS Pod Identity agent (AssumeRoleForPodIdentity)"),
+    EndpointService("logs", "Interface", "account", "CloudWatch Logs from the nodes and pods"),
+    EndpointService("ec2", "Interface", "principal", "the VPC CNI's ENI and IP management; Karpenter's launches"),
+    EndpointService("ssm", "Interface", "principal", "Karpenter's AMI alias lookups (SSM public parameters); the "
+                                                     "nodes' SSM agent"),
+    EndpointService("eks", "Interface", "principal", "Karpenter's cluster endpoint discovery (eks:DescribeCluster)"),
+)
+"""The endpoints of the VPC the platform creates, in one place. Sources: Amazon EKS User Guide, "Deploy private
+clusters with limited internet access" (https://docs.aws.amazon.com/eks/latest/userguide/private-clusters.html: ec2,
+ecr.api, ecr.dkr, s3, logs, sts, eks-auth for Pod Identity); Karpenter v1.14 docs, "Private Clusters" (aws/karpenter-
+provider-aws website/content/en/v1.14/getting-started/getting-started-with-karpenter/_index.md: ec2, ecr.api, ecr.dkr,
+s3, sts, ssm, sqs, eks; no endpoint exists for IAM or the Price List API, which is why the system subnets keep a NAT
+route); S3 User Guide, "AWS PrivateLink for Amazon S3" (private DNS for an S3 interface endpoint;
+`privateDnsOnlyForInboundResolverEndpoint` false sends in-VPC requests to the interface endpoint, not the gateway)."""
+
+
+def endpoint_service_name(region: str, service: str) -> str:
+    """`com.amazonaws.<region>.<service>`, the endpoint service name of an AWS service in `region`."""
+    return f"com.amazonaws.{region}.{service}"
+
+
+ECR_LAYER_BUCKET = "prod-{region}-starport-layer-bucket"
+"""The AWS-owned S3 bucket ECR serves image layers from; an S3 endpoint policy must let nodes read it. Source:
+Amazon ECR User Guide, "Amazon ECR interface VPC endpoints (AWS PrivateLink)", minimum Amazon S3 bucket permissions
+(`arn:aws:s3:::prod-region-starport-layer-bucket/*`)."""
+
+PULL_THROUGH_UPSTREAMS = ("public.ecr.aws", "registry.k8s.io", "quay.io", "registry-1.docker.io", "ghcr.io",
+                          "registry.gitlab.com", "<registry>.azurecr.io", "<account>.dkr.ecr.<region>.amazonaws.com")
+"""Upstream registries an ECR pull-through cache rule accepts (Amazon ECR User Guide, "Sync an upstream registry with
+an Amazon ECR private registry"; Docker Hub, GHCR, GitLab and Azure need a Secrets Manager credential). nvcr.io, where
+the NVIDIA device plugin lives, is not among them: its image is mirrored instead (GPU_NODE_MIRRORS)."""
+
+
+@dataclass(frozen=True)
+class MirroredImage:
+    """An image GPU nodes run that lives outside ECR, copied once into the stack's ECR mirror."""
+
+    source: str
+    """Upstream repository, e.g. `nvcr.io/nvidia/k8s-device-plugin`."""
+    tag: str
+    """The tag the stack runs (copied unchanged)."""
+    digest: str | None
+    """The pinned digest, when the catalogue pins one (a copy keeps it: `crane copy` moves the manifest as is)."""
+    repository: str
+    """The repository under the stack's mirror prefix, e.g. `nvidia/k8s-device-plugin`."""
+    runs: str
+    """What runs it on the GPU nodes."""
+
+
+def _pause() -> MirroredImage:
+    name, _, digest = PAUSE_IMAGE.partition("@")
+    source, _, tag = name.rpartition(":")
+    return MirroredImage(source, tag, digest or None, "kubernetes/pause", "the warm floor's placeholder pods")
+
+
+GPU_NODE_MIRRORS: tuple[MirroredImage, ...] = (
+    MirroredImage("nvcr.io/nvidia/k8s-device-plugin", f"v{NVIDIA_DEVICE_PLUGIN_VERSION}", None,
+                  "nvidia/k8s-device-plugin",
+                  "the NVIDIA device plugin DaemonSet (the chart's image, `v` + its appVersion)"),
+    _pause(),
+)
+"""Images outside ECR that pods on GPU nodes run. GPU subnets have no route out, so each is copied into the stack's
+ECR (`<prefix>/mirror/<repository>`, immutable tags) and the workloads name the copy. Everything else on a GPU node
+comes from ECR already: the worker image (the stack's repository) and the EKS add-ons (VPC CNI with its network
+policy agent, kube-proxy, the Pod Identity agent: AWS's regional ECR)."""
+
+INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
+"""ESTIMATE (list price, us-east-1, AWS PrivateLink pricing page, read 2026-12): one interface endpoint in one zone,
+per hour, plus $0.01 per GB processed. Ten interface endpoints in three zones: ~$0.30/h, ~$219 a month."""
+
+NAT_GATEWAY_USD_PER_HOUR = 0.045
+"""ESTIMATE (list price, us-east-1, Amazon VPC pricing page, read 2026-12): one NAT gateway per hour (~$33 a month),
+plus $0.045 per GB processed; the platform's VPC has one, for the system subnets only."""
