@@ -20,3 +20,5 @@ pulumi.export("workerRoleArns", platform.worker_role_arns)
 pulumi.export("gpuNodePool", platform.gpu_nodepool_name)
 pulumi.export("namespace", platform.namespace_name)
 pulumi.export("resultsPrefix", platform.results_prefix)
+# Run once after the first `pulumi up` (GPU nodes pull these images from the stack's ECR mirror, not the internet).
+pulumi.export("mirrorCopyCommands", platform.mirror_copy_commands)

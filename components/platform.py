@@ -25,6 +25,7 @@ from .network import (
     GpuNodeSecurityArgs,
     WorkloadNetwork,
     WorkloadNetworkArgs,
+    mirror_copy_commands,
     mirror_image,
 )
 from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, instance_store_policy_for
@@ -161,6 +162,9 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             account = aws.get_caller_identity_output().account_id
             mirrored = {image.source: account.apply(lambda a, s=image.source: mirror_image(
                 s, account_id=a, region=config.region, name=prefix)) for image in GPU_NODE_MIRRORS}
+        self.mirror_copy_commands: pulumi.Output[list[str]] | list[str] = (
+            pulumi.Output.all(**self.network.mirror_repository_urls).apply(mirror_copy_commands)
+            if self.network is not None else [])
         self.device_plugin = NvidiaDevicePlugin(f"{name}-nvidia-device-plugin", NvidiaDevicePluginArgs(
             cdi_feature_flags=config.device_plugin_cdi_feature_flags,
             image_repository=mirrored.get(DEVICE_PLUGIN_IMAGE_SOURCE)), opts=in_cluster)

@@ -377,3 +377,49 @@ def test_gpu_nodes_have_their_own_security_group_with_no_egress_to_the_world(dev
     assert egress and not {c for rule in egress for c in rule.get("cidrBlocks", []) + rule.get("ipv6CidrBlocks", [])
                            } & WORLD
     assert all(c == "10.64.0.0/16" for rule in egress for c in rule["cidrBlocks"])
+
+
+# -- trust, keys and the buckets' boundary (issue 19) -----------------------------------------------------------------
+
+def _doc(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def test_every_pod_identity_trust_policy_names_the_account_and_the_cluster(dev):
+    roles = [r for r in of_type(dev["plan"], "aws:iam/role:Role")
+             if "pods.eks.amazonaws.com" in json.dumps(r["properties"]["assumeRolePolicy"])]
+    assert len(roles) >= 4  # KEDA operator, Karpenter controller, both workers
+    for role in roles:
+        for statement in _doc(role["properties"]["assumeRolePolicy"])["Statement"]:
+            keys = {k for block in statement.get("Condition", {}).values() for k in block}
+            assert {"aws:SourceAccount", "aws:SourceArn"} <= keys, role["name"]
+
+
+def test_the_clinical_buckets_use_a_key_of_the_plan_and_deny_outside_the_vpc_endpoints(dev):
+    keys = of_type(dev["plan"], "aws:kms/key:Key")
+    assert keys and all(k["properties"]["enableKeyRotation"] is True for k in keys)
+    clinical = [b for b in of_type(dev["plan"], "aws:s3/bucket:Bucket")
+                if (b["properties"].get("tags") or {}).get("gpuburst.io/data-class") == "clinical-slides"]
+    assert len(clinical) == 2
+    encryption = of_type(dev["plan"], "aws:s3/bucketServerSideEncryptionConfiguration:"
+                                      "BucketServerSideEncryptionConfiguration")
+    key_urns = {k["urn"] for k in keys}
+    for bucket in clinical:
+        (sse,) = [e for e in encryption if e["properties"]["bucket"] == bucket["name"]]
+        (rule,) = sse["properties"]["rules"]
+        assert rule["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms"
+        assert key_urns & set(sse["dependencies"]), "encrypted with a key of this plan"
+        (policy,) = [p for p in of_type(dev["plan"], "aws:s3/bucketPolicy:BucketPolicy")
+                     if p["properties"]["bucket"] == bucket["name"]]
+        denies = [s for s in _doc(policy["properties"]["policy"])["Statement"] if s["Effect"] == "Deny"
+                  and "aws:SourceVpce" in s.get("Condition", {}).get("StringNotEquals", {})]
+        assert denies, bucket["name"]
+
+
+def test_the_stack_says_how_to_fill_the_mirror_the_gpu_nodes_pull_from(dev):
+    commands = dev["plan"]["outputs"]["mirrorCopyCommands"]
+    (chart,) = [r for r in of_type(dev["plan"], "kubernetes:helm.sh/v4:Chart") if "nvidia" in r["name"]]
+    image = chart["properties"]["values"]["image"]
+    assert f"crane copy nvcr.io/nvidia/k8s-device-plugin:{image['tag']} {image['repository']}:{image['tag']}" \
+        in commands
+    assert any(c.startswith("crane copy registry.k8s.io/pause:") for c in commands)
