@@ -28,9 +28,13 @@ demo: $(VENV)/.installed
 	@echo
 	$(PY) -m worker demo --out out/demo
 
-## test: every test (under 10 minutes on 2 cores)
+# Test files run on PYTEST_WORKERS processes (pytest-xdist; whole files per worker, so a module's fixtures are
+# built once); PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
+
+## test: every test (about 5 minutes on 2 cores)
 test: $(VENV)/.installed $(CHECKOV_VENV)/.installed
-	CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(PY) -m pytest
+	CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(PY) -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 synth: $(VENV)/.installed
 	$(PY) -m components charts pull --if-missing
