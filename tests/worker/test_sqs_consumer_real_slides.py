@@ -73,8 +73,11 @@ def test_each_slide_carries_its_clock_and_the_model_load_is_charged_once(aws, tm
         assert set(stages) == {"download", "model_load", "open", "tissue", "inference", "write", "upload", "total"}
         assert all(v >= 0 for v in stages.values())
         assert stages["inference"] > 0 and stages["inference"] <= s["timings_s"]["total"]
-        parts = sum(v for k, v in stages.items() if k not in ("total", "model_load"))
-        assert parts <= stages["total"] + 0.05  # the stages do not overlap each other
+        # Download, the pipeline and upload run one after the other inside the consumer's total; the pipeline's own
+        # stages each lie within its total (its overlay writes may overlap the analysis, so their sum may not).
+        pipeline = s["timings_s"]["total"]
+        assert stages["download"] + pipeline + stages["upload"] <= stages["total"] + 0.01
+        assert all(stages[k] <= pipeline + 0.001 for k in ("open", "tissue", "inference", "write"))
     done = [r.getMessage() for r in caplog.records if r.getMessage().startswith("slide.done ")]
     assert len(done) == 2
     for line in done:
