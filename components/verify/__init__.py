@@ -5,6 +5,6 @@ objects (`judge_*` in each module) fed by a thin Kubernetes layer (`kube.py`) an
 """
 from __future__ import annotations
 
-from .model import FAIL, PASS, SKIPPED, CheckResult, VerifySettings, Workload
+from .model import ERROR, FAIL, PASS, SKIPPED, CheckResult, VerifySettings, Workload
 
-__all__ = ["CheckResult", "VerifySettings", "Workload", "PASS", "FAIL", "SKIPPED"]
+__all__ = ["CheckResult", "VerifySettings", "Workload", "PASS", "FAIL", "ERROR", "SKIPPED"]

@@ -12,6 +12,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .model import CouldNotRun
+
 _CONFIG = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"})
 _QUEUE_URL_REGION = re.compile(r"^https://sqs[.-]([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com(?:\.cn)?/")
 _EKS_ENDPOINT_REGION = re.compile(r"^https://[^/]+\.([a-z]{2}(?:-[a-z]+)+-\d)\.eks\.amazonaws\.com(?:\.cn)?"
@@ -20,7 +22,7 @@ _NO_SUCH_OPERATION = ("404", "UnknownOperationException", "InvalidAction")
 """Error codes of an endpoint that does not offer an operation (moto answers 404 for DescribeClusterVersions)."""
 
 
-class AwsError(Exception):
+class AwsError(CouldNotRun):
     """One AWS call failed: `str()` is `ACTION on RESOURCE: CODE (message)`."""
 
     def __init__(self, action: str, resource: str, code: str, message: str = "") -> None:

@@ -25,7 +25,7 @@ from .burst_probes import (
 )
 from .burst_timeline import measured_timeline
 from .context import Context
-from .model import FAIL, PASS, CheckResult, VerifySettings
+from .model import ERROR, FAIL, PASS, CheckResult, VerifySettings
 
 if TYPE_CHECKING:
     from ..config import StackConfig
@@ -176,13 +176,13 @@ def run(ctx: Context) -> CheckResult:
         evidence.append("every probe message left the queue " + (
             f"by +{queue_empty_s:.0f} s (seen by polling)" if queue_empty_s is not None else
             "- no: some were still queued or in flight at the end"))
-    except Exception as e:  # noqa: BLE001 - an API call failed mid-run: fail with it, after the cleanup below
+    except Exception as e:  # noqa: BLE001 - an API call failed mid-run: `error` (no verdict), after the cleanup below
         error = one_line(e)
     finally:
         cleanup = _cleanup(aws, url, state)
     evidence += cleanup
     if error is not None:
-        return _fail(f"the burst could not be measured: {error}", evidence)
+        return CheckResult(NAME, ERROR, f"the burst could not be measured: {error}", evidence)
     if ok:
         summary = (f"burst of {measured.probes} on {name}: first result {measured.time_to_first_result_s:.0f} s "
                    f"(budget {budget.first_result_s:.0f} s), last {measured.time_to_last_result_s:.0f} s (budget "

@@ -1,16 +1,17 @@
 """The table of checks (name, what it proves, how it runs) and the runner that runs them in order.
 
-Order matters: `gpu-job` runs before `gpu-allocatable` and `hardware-ami`, so a pool scaled to zero gets a node
-(the probe Job asks for a GPU) and the node checks have something to judge.
+Order matters: `ami-canary` runs first (it needs no node and fails in seconds on the AMI swap); `gpu-job` runs
+before `gpu-allocatable` and `hardware-ami`, so a pool scaled to zero gets a node (the probe Job asks for a GPU) and
+the node checks have something to judge.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import burst, gpu, gpujob, hardware, iam, keda, versions
+from . import ami_canary, burst, gpu, gpujob, hardware, iam, karpenter_health, keda, versions
 from .context import Context, one_line
-from .model import FAIL, SKIPPED, CheckResult
+from .model import ERROR, SKIPPED, CheckResult
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class Check:
 
 
 CHECKS: tuple[Check, ...] = (
+    Check(ami_canary.NAME, "the image the live EC2NodeClass's status.amis resolves for every GPU instance type the "
+                           "NodePool admits is the NVIDIA variant of the expected AMI family (EC2's image name), with "
+                           "no node needed: the Karpenter 1.0.0-1.0.2 AMI swap fails here in seconds", ami_canary.run),
     Check(versions.NAME, "the Karpenter, karpenter-crd, KEDA, NVIDIA device plugin and Kubernetes versions the "
                          "cluster actually runs pass the catalogue's rules (broken releases, minimums, coupled "
                          "charts, supported Kubernetes ranges) and equal its pins; the Kubernetes minor passes the "
@@ -37,17 +41,23 @@ CHECKS: tuple[Check, ...] = (
                          "--cluster-name or the stack's clusterName), warning within 90 days of its end of standard "
                          "support, and the catalogue's calendar agrees with eks:DescribeClusterVersions",
           versions.run),
+    Check(karpenter_health.NAME, "the Karpenter controller logged no ERROR line since it started (errors grouped by "
+                                 "controller and error, naming the EC2NodeClass/NodePool they are about), and no "
+                                 "NodeClaim is stuck before Initialized", karpenter_health.run),
     Check(iam.NAME, "the worker's own IAM role can write, read back (and remove) an object under the results "
                     "prefix and read its queue's attributes", iam.run, needs_kube=False),
     Check(keda.NAME, "the KEDA operator's version is accepted; every TriggerAuthentication validates against the "
                      "CRD schema served by the cluster and uses no refused provider; every ScaledJob is Ready with no "
-                     "recent Warning events or operator errors; and a probe message on its queue makes it create "
-                     "a Job within pollingInterval + 60 s", keda.run),
+                     "recent Warning events or operator errors, and no trigger identityOwner contradicts its "
+                     "TriggerAuthentication; and a probe message on its queue makes it create a Job within "
+                     "pollingInterval + 60 s", keda.run),
     Check(gpujob.NAME, "a Job requesting nvidia.com/gpu: 1 is scheduled on the GPU NodePool and runs nvidia-smi "
-                       "within the deadline (reports the GPU model); the Job is always deleted", gpujob.run),
-    Check(gpu.NAME, "every node of the GPU NodePool advertises nvidia.com/gpu in status.allocatable and runs the "
-                    "device-plugin pod (a node older than the grace period without it fails; an empty pool is "
-                    "skipped)", gpu.run),
+                       "within the deadline, naming the catalogue's GPU model for the node's instance type (gives "
+                       "up early when its nominated node advertises 0 GPUs past the grace period); the Job is "
+                       "always deleted", gpujob.run),
+    Check(gpu.NAME, "every node of the GPU NodePool advertises in status.allocatable the catalogue's nvidia.com/gpu "
+                    "count for its instance type and runs the device-plugin pod (a node older than the grace "
+                    "period without it fails; an empty pool is skipped)", gpu.run),
     Check(hardware.NAME, "every GPU node is an instance type the NodePool's requirements admit and was booted from "
                          "the NVIDIA variant of the expected AMI family (EC2's image name, not the node's word); "
                          "with instanceStorePolicy RAID0, its ephemeral-storage capacity is the local NVMe, not the "
@@ -74,8 +84,8 @@ def selected(only: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[Che
 
 def run_checks(ctx: Context, skip: tuple[str, ...] = (), on_result: Callable[[CheckResult], None] | None = None,
                only: tuple[str, ...] = ()) -> list[CheckResult]:
-    """Run the selected checks (see `selected`) not skipped, in order; an exception inside one check fails that
-    check only."""
+    """Run the selected checks (see `selected`) not skipped, in order; an exception inside one check makes that
+    check (only) `error`: it could not run."""
     results = []
     for check in selected(only, skip):
         if check.name in skip:
@@ -86,7 +96,8 @@ def run_checks(ctx: Context, skip: tuple[str, ...] = (), on_result: Callable[[Ch
             except KeyboardInterrupt:
                 raise
             except Exception as e:  # noqa: BLE001 - one broken check must not hide the others' verdicts
-                result = CheckResult(check.name, FAIL, f"the check could not run: {one_line(e)}", [one_line(e)])
+                # A refused or unanswered call (CouldNotRun: KubeError, AwsError) or a bug: no verdict, so `error`.
+                result = CheckResult(check.name, ERROR, f"the check could not run: {one_line(e)}", [one_line(e)])
         results.append(result)
         if on_result is not None:
             on_result(result)

@@ -1,7 +1,8 @@
 """Command line of `python -m components verify`: settings from the stack's outputs and flags, one table or JSON out.
 
-Exit status: 0 when no check failed, 1 when any check failed, 2 when verify could not run at all (no cluster, no
-pulumi CLI, bad flags) — always with one line on stderr saying why.
+Exit status (model.EXIT_*): 0 every check passed or skipped, 1 a check failed, 2 a check could not run (`error`) or
+verify could not run at all (no cluster, no pulumi CLI, bad flags, the lock held: one line on stderr says why), 130
+interrupted. An error outranks a failure: the verdict is incomplete.
 """
 from __future__ import annotations
 
@@ -14,13 +15,29 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import uuid
 from collections.abc import Callable
 from typing import Any, TextIO
 
 from .burst_probes import MAX_PROBES
 from .checks import CHECK_NAMES, CHECKS, OPT_IN_NAMES, run_checks, selected
 from .context import Context
-from .model import FAIL, CheckResult, Clock, VerifySettings, Workload
+from .lease import LockHeld, RunLock, holder_identity
+from .model import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    SKIPPED,
+    CheckResult,
+    Clock,
+    RealClock,
+    VerifySettings,
+    Workload,
+    apply_strict,
+    exit_status,
+)
+from .report import document, render_table, write_json
+
+__all__ = ["main", "build_parser", "settings_from", "render_table", "stack_outputs", "UsageError"]
 
 PROG = f"python -m {(__package__ or 'components.verify').split('.')[0]} verify"
 STACK_OUTPUT_TIMEOUT_S = 60
@@ -53,7 +70,8 @@ def _epilog() -> str:
         lines += textwrap.wrap(c.proves, 100, initial_indent="      ", subsequent_indent="      ")
     lines += [
         "",
-        "exit status: 0 no check failed; 1 a check failed; 2 verify could not run (one line on stderr says why).",
+        "exit status: 0 every check passed or skipped; 1 a check failed; 2 a check could not run (status error) or",
+        "verify could not run (one line on stderr says why; an error outranks a failure); 130 interrupted.",
         f"stack outputs read with --stack: {', '.join(sorted(set(STACK_OUTPUTS.values())))}; flags win over them.",
         "the runbook: docs/verify.md",
     ]
@@ -102,7 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
                           f"check(s) {', '.join(OPT_IN_NAMES)} run only when named here")
     how.add_argument("--skip", action="append", default=[], metavar="CHECK",
                      help=f"do not run CHECK (repeatable or comma-separated): {', '.join(CHECK_NAMES)}")
-    how.add_argument("--json", action="store_true", help="print a JSON list of {name, status, summary, evidence}")
+    how.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                     help="write the versioned JSON document (schema gpuburst.verify/v1: run + results) to PATH, "
+                          "atomically and also when interrupted; without PATH (or -) print it instead of the table")
+    how.add_argument("--strict", action="store_true",
+                     help="a check that skipped itself (e.g. an empty GPU pool) fails; --skip CHECK stays skipped")
+    how.add_argument("--lock-wait-s", type=float, default=0.0, metavar="S",
+                     help="wait up to this long for another verify's lease on the namespace, then exit 2 naming "
+                          "its holder (default: 0)")
+    how.add_argument("--no-lock", action="store_true",
+                     help="do not take the gpuburst-verify Lease (for an identity without RBAC on leases)")
     how.add_argument("--grace-s", type=float, default=300.0,
                      help="seconds a GPU node may take to advertise nvidia.com/gpu (default: 300)")
     how.add_argument("--timeout-s", type=float, default=900.0,
@@ -226,28 +253,12 @@ def settings_from(args: argparse.Namespace, outputs: dict[str, Any], tmpdir: str
         cluster_name=pick(args.cluster_name, "cluster_name"),
         grace_s=args.grace_s, timeout_s=args.timeout_s, probe_extra_s=args.probe_margin_s,
         poll_interval_s=args.poll_interval_s, connect_timeout_s=args.connect_timeout_s, skip=tuple(skip),
+        strict=args.strict, lock_wait_s=args.lock_wait_s,
         only=tuple(dict.fromkeys(only)), slides_bucket=pick(args.slides_bucket, "slides_bucket"),
         slides_prefix=args.slides_prefix, stack=args.stack, stack_file=args.stack_file, pulumi_dir=args.pulumi_dir,
         burst_probes=args.burst_probes, burst_workload=args.burst_workload,
         burst_first_result_s=args.burst_first_result_s, burst_last_result_s=args.burst_last_result_s,
         burst_timeout_s=args.burst_timeout_s)
-
-
-def render_table(results: list[CheckResult]) -> str:
-    """The human report: one row per check, its evidence indented below it, then a one-line total."""
-    width = max([len(r.name) for r in results] + [5])
-    out = [f"{'CHECK'.ljust(width)}  STATUS   SUMMARY"]
-    for r in results:
-        status = r.status.upper() if r.status == FAIL else r.status
-        out.append(f"{r.name.ljust(width)}  {status.ljust(7)}  {r.summary}")
-        for e in r.evidence:
-            out.append(f"{' ' * width}    - {e}")
-    failed = [r.name for r in results if r.status == FAIL]
-    out.append("")
-    out.append(f"verify: {len(failed)} failed ({', '.join(failed)})" if failed else
-               f"verify: no check failed ({sum(r.status == 'pass' for r in results)} passed, "
-               f"{sum(r.status == 'skipped' for r in results)} skipped)")
-    return "\n".join(out)
 
 
 def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
@@ -259,47 +270,97 @@ def main(argv: list[str] | None = None, *, clock: Clock | None = None, aws_facto
     """Run verify; returns the exit status. `clock`, `aws_factory` and `kube` are for tests."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    clock = clock or RealClock()
+    started = clock.now()
+    results: list[CheckResult] = []
+    run: dict[str, Any] = {"interrupted": False, "error": None, "cluster": None, "lock": []}
+    settings: VerifySettings | None = None
     previous = None
     try:
         # A CI runner cancels with SIGTERM: turn it into KeyboardInterrupt so the checks' cleanups (the verify Job,
-        # the probe message) still run.
+        # the probe message, the lease) still run and the JSON document is still written.
         previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     except ValueError:  # not the main thread
         pass
     try:
         with tempfile.TemporaryDirectory(prefix="gpuburst-verify-") as tmpdir:
-            try:
-                outputs = stack_outputs(args.stack, args.pulumi_dir) if args.stack else {}
-                settings = settings_from(args, outputs, tmpdir)
-            except UsageError as e:
-                print(f"verify: {e}", file=stderr)
-                return 2
-            ctx = Context(settings=settings, aws_factory=aws_factory)
-            if clock is not None:
-                ctx.clock = clock
-            if any(c.needs_kube and c.name not in settings.skip for c in selected(settings.only, settings.skip)):
-                if kube is None:
-                    from .kube import KubeUnreachable, connect
-
-                    try:
-                        kube = connect(settings.kubeconfig, settings.context,
-                                       connect_timeout_s=settings.connect_timeout_s,
-                                       request_timeout_s=settings.request_timeout_s)
-                    except KubeUnreachable as e:
-                        print(f"verify: {e}", file=stderr)
-                        return 2
-                ctx.kube = kube
-            try:
-                results = run_checks(ctx, settings.skip, only=settings.only)
-            except KeyboardInterrupt:
-                print("verify: interrupted (the running check cleaned up what it created)", file=stderr)
-                return 130
+            rc = _run(args, results, run, clock, aws_factory, kube, tmpdir)
+            settings = run.get("settings")
+    except KeyboardInterrupt:
+        run["interrupted"] = True
+        settings = run.get("settings")
+        print("verify: interrupted (the running check cleaned up what it created)", file=stderr)
+        rc = EXIT_INTERRUPTED
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    if run["error"]:
+        print(f"verify: {run['error']}", file=stderr)
+    if rc is None:
+        rc = exit_status(results)
     if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=2), file=stdout)
-    else:
-        print(render_table(results), file=stdout)
-    return 1 if any(r.status == FAIL for r in results) else 0
+        doc = document(results, started=started, finished=clock.now(), argv=argv, stack=args.stack,
+                       cluster=run["cluster"], interrupted=run["interrupted"], exit_status=rc,
+                       strict=args.strict, lock=run["lock"], error=run["error"])
+        write_json(args.json, doc, stdout)
+    if args.json != "-" and (results or settings is not None) and not run["error"]:
+        print(render_table(results, run["interrupted"]), file=stdout)
+    return rc
+
+
+def _run(args: argparse.Namespace, results: list[CheckResult], run: dict[str, Any], clock: Clock,
+         aws_factory: Callable | None, kube: Any, tmpdir: str) -> int | None:
+    """Settings, the cluster, the lock, the checks; appends each result to `results` as it comes (so an interrupt
+    keeps what finished). Returns an exit status when verify could not run, else None (the results decide)."""
+    try:
+        outputs = stack_outputs(args.stack, args.pulumi_dir) if args.stack else {}
+        settings = settings_from(args, outputs, tmpdir)
+    except UsageError as e:
+        run["error"] = str(e)
+        return EXIT_ERROR
+    run["settings"] = settings
+    run["cluster"] = settings.cluster_name
+    ctx = Context(settings=settings, aws_factory=aws_factory, clock=clock)
+    lock: RunLock | None = None
+    if any(c.needs_kube and c.name not in settings.skip for c in selected(settings.only, settings.skip)):
+        if kube is None:
+            from .kube import KubeUnreachable, connect
+
+            try:
+                kube = connect(settings.kubeconfig, settings.context, connect_timeout_s=settings.connect_timeout_s,
+                               request_timeout_s=settings.request_timeout_s)
+            except KubeUnreachable as e:
+                run["error"] = str(e)
+                return EXIT_ERROR
+        ctx.kube = kube
+        run["cluster"] = settings.cluster_name or getattr(kube, "host", None)
+        if not args.no_lock:
+            lock = RunLock(kube, settings.namespace, holder_identity(uuid.uuid4().hex[:12]), clock=clock,
+                           duration_s=settings.lease_duration_s, wait_s=settings.lock_wait_s,
+                           poll_s=settings.poll_interval_s)
+    try:
+        if lock is not None:
+            try:
+                lock.acquire()
+            except LockHeld as e:
+                run["error"] = str(e)
+                return EXIT_ERROR
+            except Exception as e:  # noqa: BLE001 - RBAC on leases missing, API gone: verify cannot run safely
+                run["error"] = (f"cannot take the lease {settings.namespace}/gpuburst-verify: {e} (verify needs get, "
+                                "create, update and delete on leases.coordination.k8s.io there; or pass --no-lock)")
+                return EXIT_ERROR
+            lock.start_renewing()
+
+        def collect(result: CheckResult) -> None:
+            if settings.strict and result.status == SKIPPED and result.name not in settings.skip:
+                result = apply_strict(result)
+            results.append(result)
+
+        run_checks(ctx, settings.skip, on_result=collect, only=settings.only)
+    finally:
+        if lock is not None:
+            lock.release()
+            run["lock"] = lock.notes
+    return None

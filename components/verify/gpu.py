@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from .. import catalogue
 from ..spec.names import GPU_RESOURCE, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from .context import Context
 from .model import FAIL, PASS, SKIPPED, CheckResult, age_s, condition, fmt_age, labels_of, name_of
@@ -27,6 +28,9 @@ class NodeVerdict:
     """`ok`, `pending` (younger than the grace period, not yet allocatable) or `bad`."""
     line: str
     """The evidence line: node, instance type, age, allocatable, device-plugin pod."""
+    short: str = ""
+    """The node as the summary names it: `name (type, up age)`, plus `: 1 of 4 GPUs allocatable` on a count
+    that differs from the catalogue's."""
 
 
 def allocatable_gpus(node: dict) -> int:
@@ -74,20 +78,31 @@ def device_plugin_on(node_name: str, pods: list[dict]) -> tuple[bool, str]:
 
 
 def judge_node(node: dict, pods: list[dict], now: datetime, grace_s: float) -> NodeVerdict:
-    """ok when allocatable GPUs > 0 and the device-plugin pod runs; else pending while younger than grace_s."""
+    """ok when allocatable GPUs equal the catalogue's count for the instance type (> 0 for a type it does not know)
+    and the device-plugin pod runs; else pending while younger than grace_s."""
     name = name_of(node)
     itype = labels_of(node).get(INSTANCE_TYPE_LABEL, "unknown instance type")
     age = age_s(node, now)
     gpus = allocatable_gpus(node)
     plugin_ok, plugin = device_plugin_on(name, pods)
     ready = condition(node, "Ready")
+    facts = catalogue.instance_type(itype)
+    expected = facts.gpus if facts is not None else None
     line = (f"node {name} ({itype}, up {fmt_age(age)}): allocatable {GPU_RESOURCE}={gpus} "
-            f"(capacity {capacity_gpus(node)}), {plugin}, node Ready={ready.get('status') if ready else 'absent'}")
-    if gpus > 0 and plugin_ok:
-        return NodeVerdict(name, "ok", line)
+            f"(capacity {capacity_gpus(node)}" + (f", catalogue {expected}" if expected is not None else
+                                                  ", not in the catalogue: count not compared") +
+            f"), {plugin}, node Ready={ready.get('status') if ready else 'absent'}")
+    short = f"{name} ({itype}, up {fmt_age(age)})"
+    miscounted = gpus > 0 and expected is not None and gpus != expected
+    if miscounted:
+        short += f": {gpus} of {expected} GPUs allocatable"
+        line += f" — {gpus} of the {expected} GPUs a {itype} has" + (
+            " (time-slicing or MIG configured?)" if gpus > expected else "")
+    if gpus > 0 and plugin_ok and not miscounted:
+        return NodeVerdict(name, "ok", line, short)
     if age is not None and age < grace_s:
-        return NodeVerdict(name, "pending", line + f" — younger than the {int(grace_s)} s grace period")
-    return NodeVerdict(name, "bad", line)
+        return NodeVerdict(name, "pending", line + f" — younger than the {int(grace_s)} s grace period", short)
+    return NodeVerdict(name, "bad", line, short)
 
 
 def judge_gpu_allocatable(nodepool_name: str, nodepool: dict | None, nodes: list[dict], pods: list[dict],
@@ -124,9 +139,10 @@ def judge_gpu_allocatable(nodepool_name: str, nodepool: dict | None, nodes: list
     pending = [v for v in verdicts if v.state == "pending"]
     if bad:
         green = nodepool is not None and (condition(nodepool, "Ready") or {}).get("status") == "True"
-        names = "; ".join(v.line.split(": allocatable")[0].removeprefix("node ") for v in bad)
-        summary = (f"{GPU_RESOURCE} not allocatable on {len(bad)} of {len(verdicts)} node(s) of NodePool "
-                   f"{nodepool_name}: {names}")
+        names = "; ".join(v.short for v in bad)
+        partly = any(" GPUs allocatable" in v.short for v in bad)
+        summary = (f"{GPU_RESOURCE} not {'all ' if partly else ''}allocatable on {len(bad)} of {len(verdicts)} "
+                   f"node(s) of NodePool {nodepool_name}: {names}")
         if green:
             summary += " — while the NodePool reports Ready=True"
         return CheckResult(NAME, FAIL, summary, evidence), verdicts
@@ -134,7 +150,8 @@ def judge_gpu_allocatable(nodepool_name: str, nodepool: dict | None, nodes: list
         return CheckResult(NAME, FAIL, f"{len(pending)} node(s) of NodePool {nodepool_name} not yet allocatable "
                                        "(pending)", evidence), verdicts
     return CheckResult(NAME, PASS, f"{GPU_RESOURCE} allocatable on all {len(verdicts)} node(s) of NodePool "
-                                   f"{nodepool_name}", evidence), verdicts
+                                   f"{nodepool_name} (the catalogue's GPU count of each known instance type)",
+                       evidence), verdicts
 
 
 def run(ctx: Context) -> CheckResult:

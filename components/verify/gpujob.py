@@ -6,9 +6,12 @@ reports which GPU model the pod got. The Job is deleted on every path (propagati
 """
 from __future__ import annotations
 
+import re
 import uuid
+from datetime import datetime
 from typing import Any
 
+from .. import catalogue
 from ..spec.names import (
     GPU_NODE_SELECTOR,
     GPU_RESOURCE,
@@ -18,13 +21,16 @@ from ..spec.names import (
     WORKER_UID,
 )
 from .context import Context
-from .model import FAIL, PASS, CheckResult, condition, name_of
+from .gpu import allocatable_gpus
+from .model import FAIL, PASS, CheckResult, age_s, condition, fmt_age, name_of
 
 NAME = "gpu-job"
 MANAGED_BY = "gpuburst-verify"
 """Value of `app.kubernetes.io/managed-by` on everything verify creates (find leftovers with this label)."""
 NVIDIA_SMI = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
 _UNRECOVERABLE = ("InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull", "CreateContainerError")
+_NOMINATED = re.compile(r"\b(?P<kind>node|nodeclaim)/(?P<name>[a-z0-9][a-z0-9.-]*)")
+"""`Pod should schedule on: nodeclaim/gpu-x7k2p, node/ip-10-0-12-34.ec2.internal` (Karpenter's Nominated event)."""
 
 
 def job_name() -> str:
@@ -138,8 +144,55 @@ def describe_pod(pod: dict, events: list[dict]) -> list[str]:
     return lines
 
 
+def model_problem(gpus: list[dict[str, str]], itype: str | None) -> str | None:
+    """Why the GPU nvidia-smi names is not the catalogue's GPU for the node's instance type (`NVIDIA A10G` on a
+    g5 is `a10g`), or None; types the catalogue does not know are not compared."""
+    facts = catalogue.instance_type(itype or "")
+    if facts is None:
+        return None
+    for g in gpus:
+        tokens = re.split(r"[^a-z0-9]+", g["name"].lower())
+        if facts.gpu_name not in tokens:
+            return (f"nvidia-smi reports {g['name']!r} but the catalogue says a {itype} has {facts.gpu_name} GPUs: "
+                    "the node is not the instance type it claims, or the catalogue is wrong")
+    return None
+
+
+def target_without_gpu(pods: list[dict], events: list[dict], nodes: list[dict], nodeclaims: list[dict],
+                       now: datetime, grace_s: float) -> str | None:
+    """The node an unscheduled probe pod waits for (Karpenter's Nominated event, or the pod's nominatedNodeName),
+    when it is Ready, older than grace_s and reports 0 `nvidia.com/gpu` allocatable: the pod can never schedule
+    there. None while no such node is known."""
+    if not pods or any((p.get("spec") or {}).get("nodeName") for p in pods):
+        return None
+    targets: list[str] = []
+    claims = {name_of(c): ((c.get("status") or {}).get("nodeName") or "") for c in nodeclaims}
+    for p in pods:
+        nominated = (p.get("status") or {}).get("nominatedNodeName")
+        if nominated:
+            targets.append(nominated)
+        for ev in events:
+            if ev.get("reason") != "Nominated" or (ev.get("involvedObject") or {}).get("name") != name_of(p):
+                continue
+            for m in _NOMINATED.finditer(ev.get("message") or ""):
+                targets.append(m["name"] if m["kind"] == "node" else claims.get(m["name"], ""))
+    by_name = {name_of(n): n for n in nodes}
+    for t in dict.fromkeys(t for t in targets if t):
+        node = by_name.get(t)
+        if node is None:
+            continue
+        age = age_s(node, now)
+        ready = (condition(node, "Ready") or {}).get("status") == "True"
+        if ready and age is not None and age >= grace_s and allocatable_gpus(node) == 0:
+            itype = ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL, "unknown type")
+            return (f"its target node {t} ({itype}, up {fmt_age(age)}) is Ready but reports 0 {GPU_RESOURCE} "
+                    f"allocatable after the {int(grace_s)} s grace period: the pod can never schedule there "
+                    "(see gpu-allocatable and hardware-ami)")
+    return None
+
+
 def judge_gpu_job(job: dict | None, pods: list[dict], log: str, events: list[dict], *, waited_s: float,
-                  deadline_s: float, node: dict | None = None) -> CheckResult:
+                  deadline_s: float, node: dict | None = None, no_gpu: str | None = None) -> CheckResult:
     """The verdict from the Job's status, its pod(s), the pod's log and its events.
 
     Pass: the Job completed and its log names at least one GPU. Anything else fails with what the pod went through
@@ -155,6 +208,9 @@ def judge_gpu_job(job: dict | None, pods: list[dict], log: str, events: list[dic
     gpus = parse_nvidia_smi(log)
     if log:
         evidence.append("log: " + " | ".join(log.strip().splitlines()[-5:])[:400])
+    problem = model_problem(gpus, itype) if finished == "Complete" and gpus else None
+    if problem:
+        return CheckResult(NAME, FAIL, f"Job {name} ran nvidia-smi{where}, wrong GPU: {problem}", evidence)
     if finished == "Complete" and gpus:
         models = ", ".join(f"{g['name']} ({g['memory']}, driver {g['driver']})" for g in gpus)
         return CheckResult(NAME, PASS, f"Job {name} ran nvidia-smi in {int(waited_s)} s{where}: {models}",
@@ -168,6 +224,8 @@ def judge_gpu_job(job: dict | None, pods: list[dict], log: str, events: list[dic
                                        f"{c.get('message', '')}".rstrip(), evidence)
     if job is None:
         return CheckResult(NAME, FAIL, f"Job {name} disappeared before it finished", evidence)
+    if no_gpu:
+        return CheckResult(NAME, FAIL, f"Job {name} gave up after {int(waited_s)} s: {no_gpu}", evidence)
     stuck = next((pod_problem(p) for p in pods if pod_problem(p)), None)
     if stuck:
         return CheckResult(NAME, FAIL, f"Job {name}: the pod cannot start: {stuck}", evidence)
@@ -189,6 +247,7 @@ def run(ctx: Context) -> CheckResult:
     job: dict | None = None
     pods: list[dict] = []
     stuck_since: float | None = None
+    no_gpu: str | None = None
     ctx.state["gpu_job_ran"] = True
     ctx.kube.create_job(s.namespace, manifest)
     cleanup = ""
@@ -208,6 +267,9 @@ def run(ctx: Context) -> CheckResult:
                     break
             if ctx.clock.monotonic() - start >= limit:
                 break
+            no_gpu = _target_without_gpu(ctx, pods)
+            if no_gpu:
+                break
             ctx.clock.sleep(s.poll_interval_s)
         waited = ctx.clock.monotonic() - start
         log = ""
@@ -221,7 +283,8 @@ def run(ctx: Context) -> CheckResult:
         if node_name:
             node = next((n for n in ctx.kube.list_nodes(label_selector=f"{NODEPOOL_LABEL}={s.nodepool}")
                          if name_of(n) == node_name), None)
-        result = judge_gpu_job(job, pods, log, events, waited_s=waited, deadline_s=s.timeout_s, node=node)
+        result = judge_gpu_job(job, pods, log, events, waited_s=waited, deadline_s=s.timeout_s, node=node,
+                               no_gpu=no_gpu)
     finally:
         # Every path, Ctrl-C and SIGTERM included, removes the Job (and, in the background, its pod).
         try:
@@ -235,3 +298,17 @@ def run(ctx: Context) -> CheckResult:
         result.status, result.summary = FAIL, result.summary + " (and the Job could not be deleted)"
     ctx.state["gpu_job_notes"] = [f"gpu-job: {result.status}: {result.summary}"]
     return result
+
+
+def _target_without_gpu(ctx: Context, pods: list[dict]) -> str | None:
+    """While the probe pod is unscheduled: its nominated node, if that one has no GPU allocatable for good."""
+    s = ctx.settings
+    if not pods or any((p.get("spec") or {}).get("nodeName") for p in pods):
+        return None
+    nodes = ctx.kube.list_nodes(label_selector=f"{NODEPOOL_LABEL}={s.nodepool}")
+    if not nodes:
+        return None
+    events = [e for p in pods for e in ctx.kube.list_events(s.namespace,
+                                                            field_selector=f"involvedObject.name={name_of(p)}")]
+    claims = ctx.kube.list_nodeclaims() if any(e.get("reason") == "Nominated" for e in events) else []
+    return target_without_gpu(pods, events, nodes, claims, ctx.clock.now(), s.grace_s)

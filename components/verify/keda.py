@@ -12,8 +12,9 @@ from typing import Any
 
 from .. import catalogue
 from .context import Context
+from .keda_identity import identity_owner_problems
 from .keda_probe import _probe, name_of_ns, sqs_triggers
-from .model import FAIL, PASS, CheckResult, condition, name_of, ns_name, parse_time
+from .model import ERROR, FAIL, PASS, SKIPPED, CheckResult, condition, name_of, ns_name, parse_time
 
 NAME = "keda"
 
@@ -288,10 +289,13 @@ def judge_keda_static(operator: list[dict], ta_crd: dict | None, cta_crd: dict |
         problems.append(f"no ScaledJob in namespace {namespace} (wrong --namespace?)")
     auth_names = {name_of(t) for t in tas}
     cluster_auth_names = {name_of(t) for t in ctas}
+    owners, owner_evidence = identity_owner_problems(scaled_jobs, tas, ctas, judged_with)
+    evidence += owner_evidence
     for sj in scaled_jobs:
         warnings = recent_warnings(events, "ScaledJob", name_of(sj), now, window_s)
         lines = operator_errors(operator_log, name_of_ns(sj), name_of(sj))
         p, e = scaledjob_problems(sj, warnings, lines, auth_names, cluster_auth_names)
+        p += owners.get(name_of(sj), [])
         per_sj[name_of(sj)] = p
         problems += p
         evidence += e
@@ -320,6 +324,9 @@ def run(ctx: Context) -> CheckResult:
     version, problems, evidence, per_sj = judge_keda_static(operator, ta_crd, cta_crd, tas, ctas, sjs, events, log,
                                                             ctx.clock.now(), s.events_window_s, s.namespace)
     known_queues = {w.queue_url for w in s.workloads}
+    errors: list[str] = []
+    unprobed: list[str] = []
+    probed = 0
     for sj in sjs:
         triggers = [t for t in sqs_triggers(sj) if t["queue_url"]]
         for t in triggers:
@@ -336,14 +343,32 @@ def run(ctx: Context) -> CheckResult:
         for t in triggers:
             try:
                 ok, verdict, e = _probe(ctx, sj, t)
-            except AwsError as err:
-                ok, verdict, e = False, f"ScaledJob {ns_name(sj)}: probe on {t['queue_url']} failed: {err}", []
+            except AwsError as err:  # verify's own SQS call refused or unanswered: the probe could not run
+                ok, verdict, e = False, f"ScaledJob {ns_name(sj)}: probe on {t['queue_url']} could not run: {err}", []
+                errors.append(verdict)
             evidence += e
-            if not ok:
+            if ok is None:
+                unprobed.append(verdict)
+            elif ok:
+                probed += 1
+            elif verdict not in errors:
                 problems.append(verdict)
+    return verdict_of(version, len(tas) + len(ctas), len(sjs), probed, problems, errors, unprobed, evidence)
+
+
+def verdict_of(version: str | None, n_auth: int, n_sj: int, probed: int, problems: list[str], errors: list[str],
+               unprobed: list[str], evidence: list[str]) -> CheckResult:
+    """fail when a defect was found; else error when a probe could not run; else skipped when no ScaledJob could be
+    probed for a stated reason (activation threshold, maxReplicaCount); else pass (naming any not probed)."""
+    def first(lines: list[str]) -> str:
+        return lines[0] + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else "")
     if problems:
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        return CheckResult(NAME, FAIL, problems[0] + more, problems + [e for e in evidence if e not in problems])
-    return CheckResult(NAME, PASS, f"KEDA {version or '?'}: {len(tas) + len(ctas)} TriggerAuthentication(s) valid, "
-                                   f"{len(sjs)} ScaledJob(s) Ready and each created a Job for a probe message",
+        return CheckResult(NAME, FAIL, first(problems), problems + errors + [e for e in evidence if e not in problems])
+    if errors:
+        return CheckResult(NAME, ERROR, first(errors), errors + evidence)
+    if unprobed and not probed:
+        return CheckResult(NAME, SKIPPED, first(unprobed), evidence)
+    tail = f"; {len(unprobed)} not probed ({unprobed[0]})" if unprobed else ""
+    return CheckResult(NAME, PASS, f"KEDA {version or '?'}: {n_auth} TriggerAuthentication(s) valid, {n_sj} "
+                                   f"ScaledJob(s) Ready and each probed one created a Job for a probe message{tail}",
                        evidence)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 from .. import catalogue
-from .model import name_of, ns_name
+from .model import name_of, ns_name, parse_time
 
 PROBE_ATTRIBUTE = "gpuburst-verify"
 """SQS message attribute (String) that marks a verify probe; its value is the probe's uuid."""
+CLOCK_SKEW_S = 2
+"""Seconds the API server's clock (creationTimestamp) may trail verify's own when telling a Job made after the send
+from one made before it."""
 
 
 def sqs_triggers(sj: dict) -> list[dict[str, Any]]:
@@ -29,7 +33,9 @@ def sqs_triggers(sj: dict) -> list[dict[str, Any]]:
             continue
         md = t.get("metadata") or {}
         url = md.get("queueURL") or env.get(md.get("queueURLFromEnv", ""), None)
-        out.append({"queue_url": url, "region": md.get("awsRegion"), "auth": t.get("authenticationRef")})
+        out.append({"queue_url": url, "region": md.get("awsRegion"), "auth": t.get("authenticationRef"),
+                    "activation": int(float(md.get("activationQueueLength") or 0)),
+                    "in_flight": str(md.get("scaleOnInFlight", "true")).lower() == "true"})
     return out
 
 
@@ -56,22 +62,76 @@ def queue_is_idle(attributes: dict[str, str]) -> bool:
 
 
 def owned_jobs(jobs: list[dict], sj: dict) -> list[dict]:
-    """Jobs the ScaledJob created (ownerReference to it, or KEDA's `scaledjob.keda.sh/name` label)."""
+    """Jobs this ScaledJob created: an ownerReference to it (its uid, when both sides state one). KEDA always sets
+    that reference; a Job carrying only the `scaledjob.keda.sh/name` label (made by hand, or by a ScaledJob of the
+    same name that was deleted and recreated) is not its Job."""
     uid = (sj.get("metadata") or {}).get("uid")
     out = []
     for j in jobs:
         refs = (j.get("metadata") or {}).get("ownerReferences") or []
-        by_ref = any(r.get("kind") == "ScaledJob" and r.get("name") == name_of(sj)
-                     and (uid is None or r.get("uid") in (None, uid)) for r in refs)
-        by_label = ((j.get("metadata") or {}).get("labels") or {}).get("scaledjob.keda.sh/name") == name_of(sj)
-        if by_ref or by_label:
+        if any(r.get("kind") == "ScaledJob" and r.get("name") == name_of(sj)
+               and (uid is None or r.get("uid") in (None, uid)) for r in refs):
             out.append(j)
     return out
 
 
-def new_jobs(before_uids: set[str], jobs: list[dict], sj: dict) -> list[dict]:
-    """Jobs of the ScaledJob that were not there before the probe was sent (compared by uid, not by clock)."""
-    return [j for j in owned_jobs(jobs, sj) if (j.get("metadata") or {}).get("uid") not in before_uids]
+def running_jobs(jobs: list[dict]) -> list[dict]:
+    """Jobs not finished (no Complete or Failed condition True): those count against maxReplicaCount."""
+    def finished(j: dict) -> bool:
+        return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                   for c in (j.get("status") or {}).get("conditions") or [])
+    return [j for j in jobs if not finished(j)]
+
+
+def max_replicas(sj: dict) -> int:
+    """spec.maxReplicaCount (KEDA's default 100 when absent)."""
+    value = (sj.get("spec") or {}).get("maxReplicaCount")
+    return int(value) if value is not None else 100
+
+
+def probe_blocked(sj: dict, trigger: dict, attributes: dict[str, str], jobs: list[dict]) -> str | None:
+    """Why one probe message cannot make this ScaledJob create a Job (so the probe is not sent), else None.
+
+    - activationQueueLength: KEDA activates only when the queue length is above it; one probe next to the messages
+      already counted (visible, plus in flight unless scaleOnInFlight is false) may not be.
+    - maxReplicaCount: with that many of its Jobs still running, KEDA creates no more, whatever the queue holds.
+    """
+    who = f"ScaledJob {ns_name(sj)}"
+    counted = int(attributes.get("ApproximateNumberOfMessages", "0") or 0)
+    if trigger.get("in_flight", True):
+        counted += int(attributes.get("ApproximateNumberOfMessagesNotVisible", "0") or 0)
+    activation = int(trigger.get("activation") or 0)
+    if counted + 1 <= activation:
+        return (f"{who}: activationQueueLength {activation}: the queue would hold {counted + 1} message(s) with the "
+                f"probe, which does not activate it (KEDA creates Jobs only above {activation}); probe not sent")
+    running = running_jobs(owned_jobs(jobs, sj))
+    if len(running) >= max_replicas(sj):
+        return (f"{who}: at maxReplicaCount {max_replicas(sj)} ({len(running)} of its Jobs running: "
+                f"{', '.join(name_of(j) for j in running[:5])}); KEDA creates no more, probe not sent")
+    return None
+
+
+def new_jobs(before_uids: set[str], jobs: list[dict], sj: dict, sent_at: datetime | None = None) -> list[dict]:
+    """Jobs of the ScaledJob that appeared for the probe: not there before it was sent (by uid) and created at or
+    after the send (creationTimestamp, whole seconds, so a Job KEDA made for real work between verify's first look
+    and the send does not count).
+
+    Why not by the message itself: KEDA creates a Job from the ScaledJob's template and only the Job's worker, once
+    it runs, receives a message (it logs `verify probe <id> acknowledged`); nothing on a fresh Job can name the
+    message that caused it. Verify sends its probe only when nothing else can explain a new Job that quickly (the
+    ScaledJob healthy, below maxReplicaCount, above activation) and judges a Job it did not cause as someone's work.
+    """
+    floor = sent_at.replace(microsecond=0) - timedelta(seconds=CLOCK_SKEW_S) if sent_at is not None else None
+    out = []
+    for j in owned_jobs(jobs, sj):
+        md = j.get("metadata") or {}
+        if md.get("uid") in before_uids:
+            continue
+        created = parse_time(md.get("creationTimestamp"))
+        if floor is not None and created is not None and created < floor:
+            continue
+        out.append(j)
+    return out
 
 
 def job_started(pods: list[dict]) -> bool:
@@ -94,8 +154,9 @@ def judge_probe(sj: dict, queue_url: str, appeared: list[dict], waited_s: float,
                    f"margin) of a probe message on {queue_url}")
 
 
-def _probe(ctx, sj: dict, trigger: dict) -> tuple[bool, str, list[str]]:
-    """Send one probe to the ScaledJob's queue, wait for its Job, and clean up; (ok, verdict line, evidence)."""
+def _probe(ctx, sj: dict, trigger: dict) -> tuple[bool | None, str, list[str]]:
+    """Send one probe to the ScaledJob's queue, wait for its Job, and clean up; (ok, verdict line, evidence), ok None
+    when the probe was not sent because it could not work (see probe_blocked)."""
     from .aws import AwsError, region_from_queue_url  # boto3 loads only when a check talks to AWS
 
     s = ctx.settings
@@ -107,16 +168,24 @@ def _probe(ctx, sj: dict, trigger: dict) -> tuple[bool, str, list[str]]:
                                        "ApproximateNumberOfMessagesDelayed", "FifoQueue"])
     idle_before = queue_is_idle(attrs)
     fifo = attrs.get("FifoQueue") == "true" or url.endswith(".fifo")
-    before = {(j.get("metadata") or {}).get("uid") for j in owned_jobs(ctx.kube.list_jobs(name_of_ns(sj)), sj)}
+    jobs_before = ctx.kube.list_jobs(name_of_ns(sj))
+    blocked = probe_blocked(sj, trigger, attrs, jobs_before)
+    if blocked:
+        return None, blocked, [blocked]
+    before = {(j.get("metadata") or {}).get("uid") for j in owned_jobs(jobs_before, sj)}
     window = polling_interval_s(sj) + s.probe_extra_s
-    aws.send_message(url, probe_body(probe_id), {PROBE_ATTRIBUTE: probe_id},
-                     group_id=f"gpuburst-verify-{probe_id}" if fifo else None, dedup_id=probe_id if fifo else None)
-    evidence.append(f"probe {probe_id} sent to {url} (queue {'idle' if idle_before else 'busy: ' + str(attrs)})")
-    start = ctx.clock.monotonic()
+    sent_at = ctx.clock.now()
     appeared: list[dict] = []
+    # The send is inside the try: an interrupt right after it, or a send that timed out after SQS took the message,
+    # still gets the cleanup.
     try:
+        aws.send_message(url, probe_body(probe_id), {PROBE_ATTRIBUTE: probe_id},
+                         group_id=f"gpuburst-verify-{probe_id}" if fifo else None,
+                         dedup_id=probe_id if fifo else None)
+        evidence.append(f"probe {probe_id} sent to {url} (queue {'idle' if idle_before else 'busy: ' + str(attrs)})")
+        start = ctx.clock.monotonic()
         while True:
-            appeared = new_jobs(before, ctx.kube.list_jobs(name_of_ns(sj)), sj)
+            appeared = new_jobs(before, ctx.kube.list_jobs(name_of_ns(sj)), sj, sent_at)
             waited = ctx.clock.monotonic() - start
             if appeared or waited >= window:
                 break
@@ -174,4 +243,18 @@ def cleanup_probe(ctx, aws, url: str, probe_id: str, idle_before: bool, sj: dict
         else:
             notes.append(f"Job {ns}/{jname}: left to finish (it may be serving real work); the ScaledJob's "
                          "history limits and TTL remove it")
+            notes += acknowledged_by(ctx, ns, jname, pods, probe_id)
     return notes
+
+
+def acknowledged_by(ctx, namespace: str, job_name: str, pods: list[dict], probe_id: str) -> list[str]:
+    """Evidence, once a Job's worker ran: whether its log says it acknowledged this run's probe (the worker logs
+    `verify probe <uuid> acknowledged`) — the one place the message that woke the Job can be seen."""
+    for p in pods:
+        if not job_started([p]):
+            continue
+        text = ctx.kube.read_pod_log(namespace, name_of(p), tail_lines=500)
+        if f"verify probe {probe_id}" in text:
+            return [f"Job {namespace}/{job_name}: pod {name_of(p)} logged `verify probe {probe_id} acknowledged`: "
+                    "it is the probe's Job, by its message"]
+    return []

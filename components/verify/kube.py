@@ -20,13 +20,19 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from .model import CouldNotRun
+
 
 class KubeUnreachable(Exception):
     """The Kubernetes API cannot be used at all (no kubeconfig, no answer, refused credentials): one line."""
 
 
-class KubeError(Exception):
+class KubeError(CouldNotRun):
     """One API call failed (forbidden, not served, a broken connection mid-run): one line naming the call."""
+
+
+class KubeConflict(KubeError):
+    """A write lost a race (409 Conflict / AlreadyExists): read again and retry."""
 
 
 class _Capture(logging.Handler):
@@ -151,6 +157,7 @@ class Kube:
         self.custom = k8s.CustomObjectsApi(api_client)
         self.ext = k8s.ApiextensionsV1Api(api_client)
         self.versions = k8s.VersionApi(api_client)
+        self.coordination = k8s.CoordinationV1Api(api_client)
 
     # -- plumbing ----------------------------------------------------------------------------------------------
     def _call(self, what: str, fn: Any, *args: Any, missing_ok: bool = False, raw: bool = False, **kwargs: Any):
@@ -174,6 +181,8 @@ class Kube:
                                 "right cluster?") from None
             if missing_ok and e.status == 404:
                 return None
+            if e.status == 409:
+                raise KubeConflict(f"{what}: {_api_message(e)}") from None
             if e.status in (401, 403) and what == "GET /version":
                 raise KubeError(f"the Kubernetes API at {self.host} refused the credentials ({_api_message(e)}) — "
                                 "is the kubeconfig for the right cluster and identity?") from None
@@ -292,3 +301,23 @@ class Kube:
         out = self._call(f"delete job {namespace}/{name}", self.batch.delete_namespaced_job, name, namespace,
                          body=body, missing_ok=True)
         return out is not None
+
+    # -- the run lock (coordination.k8s.io/v1 Lease) ---------------------------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> dict | None:
+        """One Lease, or None when there is none."""
+        return self._call(f"get lease {namespace}/{name}", self.coordination.read_namespaced_lease, name, namespace,
+                          missing_ok=True)
+
+    def create_lease(self, namespace: str, body: dict) -> dict:
+        """Create a Lease; KubeConflict when it already exists."""
+        return self._call(f"create lease in {namespace}", self.coordination.create_namespaced_lease, namespace, body)
+
+    def replace_lease(self, namespace: str, name: str, body: dict) -> dict:
+        """Replace a Lease (its metadata.resourceVersion must be current, else KubeConflict)."""
+        return self._call(f"replace lease {namespace}/{name}", self.coordination.replace_namespaced_lease, name,
+                          namespace, body)
+
+    def delete_lease(self, namespace: str, name: str) -> bool:
+        """Delete a Lease; False when it was already gone."""
+        return self._call(f"delete lease {namespace}/{name}", self.coordination.delete_namespaced_lease, name,
+                          namespace, missing_ok=True) is not None

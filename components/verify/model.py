@@ -9,10 +9,42 @@ from typing import Any, Protocol
 PASS = "pass"
 """The check saw the live resource do what it must."""
 FAIL = "fail"
-"""The check saw the live resource not do what it must (or could not look): exit status 1."""
+"""The check saw the live resource not do what it must (a defect found): exit status 1."""
+ERROR = "error"
+"""The check could not run (its own call was refused with 403/AccessDenied, the API did not answer, the check broke):
+no verdict either way, exit status 2."""
 SKIPPED = "skipped"
-"""Nothing to judge (scale-to-zero, `--skip`): never counts as a failure, always says why."""
-STATUSES = (PASS, FAIL, SKIPPED)
+"""Nothing to judge (scale-to-zero, `--skip`): not a failure (unless `--strict`), always says why."""
+STATUSES = (PASS, FAIL, ERROR, SKIPPED)
+
+EXIT_OK = 0
+"""Every check passed or was skipped."""
+EXIT_FAIL = 1
+"""A check failed and none errored."""
+EXIT_ERROR = 2
+"""A check could not run (error), or verify could not run at all (bad flags, no cluster, the lock held)."""
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C, SIGTERM): what ran is reported, `run.interrupted` is true."""
+
+
+class CouldNotRun(Exception):
+    """A check's own call was refused or unanswered (kube.KubeError and aws.AwsError are ones): the check reports
+    `error`, not `fail`, because it saw no defect."""
+
+
+def exit_status(results: list[CheckResult]) -> int:
+    """The run's exit status: 2 when any check errored (the verdict is incomplete, so an error outranks a failure),
+    else 1 when any failed, else 0."""
+    statuses = {r.status for r in results}
+    return EXIT_ERROR if ERROR in statuses else EXIT_FAIL if FAIL in statuses else EXIT_OK
+
+
+def apply_strict(result: CheckResult) -> CheckResult:
+    """`--strict`: a check that skipped itself (an empty GPU pool, nothing to judge) fails instead."""
+    if result.status != SKIPPED:
+        return result
+    return CheckResult(result.name, FAIL, f"skipped, which --strict fails: {result.summary}",
+                       result.evidence + ["--strict: a skipped check fails"])
 
 
 @dataclass
@@ -22,7 +54,7 @@ class CheckResult:
     name: str
     """Check name as listed by `--help` (e.g. `gpu-allocatable`)."""
     status: str
-    """One of `pass`, `fail`, `skipped`."""
+    """One of `pass`, `fail`, `error`, `skipped`."""
     summary: str
     """One line: the verdict in words (for a failure, which resource and why)."""
     evidence: list[str] = field(default_factory=list)
@@ -33,7 +65,7 @@ class CheckResult:
             raise ValueError(f"CheckResult.status: {self.status!r} is not one of {', '.join(STATUSES)}")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the `--json` output is a list of these)."""
+        """JSON-ready form (one entry of the `--json` document's `results`)."""
         return asdict(self)
 
 
@@ -94,6 +126,12 @@ class VerifySettings:
     """Read timeout of one Kubernetes API call, seconds. Default 30."""
     skip: tuple[str, ...] = ()
     """Names of checks not to run (reported as skipped)."""
+    strict: bool = False
+    """`--strict`: a check that skipped itself fails (a `--skip` stays skipped: the operator asked). Default False."""
+    lock_wait_s: float = 0.0
+    """Longest wait for another verify's lease on the namespace before exiting 2, seconds. Default 0 (no wait)."""
+    lease_duration_s: int = 60
+    """leaseDurationSeconds of verify's own lease (renewed every third of it while running). Default 60."""
     only: tuple[str, ...] = ()
     """Names of the checks to run (`--check`); empty = every check that is not opt-in. Default empty."""
     slides_bucket: str | None = None

@@ -374,7 +374,7 @@ def test_without_a_stack_config_the_check_fails_before_any_cost(clock):
 def test_check_burst_selects_only_it():
     out = io.StringIO()
     rc = cli.main(["--check", "burst", "--json"], kube=FakeKube(), clock=FakeClock(), stdout=out)
-    results = json.loads(out.getvalue())
+    results = json.loads(out.getvalue())["results"]
     assert [r["name"] for r in results] == ["burst"]
     assert rc == 1 and results[0]["summary"].startswith("no stack config")
 
@@ -389,3 +389,22 @@ def test_burst_is_opt_in_and_help_says_so():
     assert (s.only, s.burst_probes, s.burst_workload, s.burst_first_result_s, s.slides_bucket, s.stack_file) == (
         ("burst",), 3, "slides", 200.0, "sb", "x.yaml")
     assert cli.settings_from(p.parse_args([]), {"slidesBucket": "from-stack"}, ".").slides_bucket == "from-stack"
+
+
+def test_live_burst_a_refused_call_mid_run_is_error_and_still_cleans_up(aws, tmp_path):
+    from components.verify.kube import KubeError
+
+    url, kube, clock, _ = _world(tmp_path, worker=False)
+
+    looks = []
+
+    def forbidden(k, ns):  # the first look (before sending) is allowed; the RBAC change lands mid-run
+        looks.append(ns)
+        if len(looks) > 1:
+            raise KubeError(f"list jobs in {ns}: 403 Forbidden: jobs.batch is forbidden")
+    kube.on_list_jobs = forbidden
+    r = burst.run(Context(settings=_settings(url), kube=kube, clock=clock, aws_factory=lambda region: Aws(region)))
+    assert r.status == "error", r
+    assert r.summary == ("the burst could not be measured: KubeError: list jobs in gpuburst: 403 Forbidden: jobs.batch "
+                         "is forbidden")
+    assert _leftovers(url) == ([], 0)

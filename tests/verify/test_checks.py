@@ -8,8 +8,8 @@ from components.verify.model import CheckResult, VerifySettings
 
 
 def test_names_and_order():
-    assert [c.name for c in CHECKS] == ["versions", "worker-iam", "keda", "gpu-job", "gpu-allocatable",
-                                        "hardware-ami", "burst"]
+    assert [c.name for c in CHECKS] == ["ami-canary", "versions", "karpenter-health", "worker-iam", "keda",
+                                        "gpu-job", "gpu-allocatable", "hardware-ami", "burst"]
     # burst costs GPU time and sends real work: it runs only when named
     assert [c.name for c in CHECKS if c.opt_in] == ["burst"]
     assert [c.name for c in checks.selected()] == [c.name for c in CHECKS if c.name != "burst"]
@@ -17,10 +17,12 @@ def test_names_and_order():
     # gpu-job brings a node up before the node checks judge the pool
     names = [c.name for c in CHECKS]
     assert names.index("gpu-job") < names.index("gpu-allocatable") < names.index("hardware-ami")
+    # the AMI canary needs no node: it runs first, before anything waits for one
+    assert names[0] == "ami-canary"
     assert all(c.proves for c in CHECKS)
 
 
-def test_a_crashing_check_fails_alone_and_skip_is_reported(monkeypatch):
+def test_a_crashing_check_errors_alone_and_skip_is_reported(monkeypatch):
     def boom(ctx):
         raise RuntimeError("list nodes: 403 Forbidden: nodes is forbidden\nsecond line")
 
@@ -29,7 +31,7 @@ def test_a_crashing_check_fails_alone_and_skip_is_reported(monkeypatch):
     monkeypatch.setattr(checks, "CHECKS", table)
     results = run_checks(Context(settings=VerifySettings()), skip=("keda",))
     by = {r.name: r for r in results}
-    assert by["versions"].status == "fail"
+    assert by["versions"].status == "error"  # it could not run: no verdict, not a defect found
     assert by["versions"].summary == "the check could not run: RuntimeError: list nodes: 403 Forbidden: nodes is " \
                                      "forbidden"
     assert by["keda"].status == "skipped" and by["keda"].summary == "skipped by --skip"

@@ -168,12 +168,12 @@ def test_cluster_name_from_the_flag_or_the_stack_output(tmp_path, argv, outputs,
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--skip", "gpu"], "verify: --skip 'gpu' is not a check (checks: versions, worker-iam, keda, gpu-job, "
-                        "gpu-allocatable, hardware-ami, burst)"),
-    (["--check", "nope"], "verify: --check 'nope' is not a check (checks: versions, worker-iam, keda, gpu-job, "
-                          "gpu-allocatable, hardware-ami, burst)"),
-    (["--check", "keda,nope"], "verify: --check 'nope' is not a check (checks: versions, worker-iam, keda, "
-                               "gpu-job, gpu-allocatable, hardware-ami, burst)"),
+    (["--skip", "gpu"], "verify: --skip 'gpu' is not a check (checks: ami-canary, versions, karpenter-health, "
+                        "worker-iam, keda, gpu-job, gpu-allocatable, hardware-ami, burst)"),
+    (["--check", "nope"], "verify: --check 'nope' is not a check (checks: ami-canary, versions, karpenter-health, "
+                          "worker-iam, keda, gpu-job, gpu-allocatable, hardware-ami, burst)"),
+    (["--check", "keda,nope"], "verify: --check 'nope' is not a check (checks: ami-canary, versions, "
+                               "karpenter-health, worker-iam, keda, gpu-job, gpu-allocatable, hardware-ami, burst)"),
     (["--check", "burst", "--burst-probes", "0"], "verify: --burst-probes 0 is not valid: an integer from 1 to 50"),
     (["--burst-last-result-s", "-1"], "verify: --burst-last-result-s -1 is not valid: seconds > 0"),
     (["--queue-url", "a", "--queue-url", "b", "--queue-url", "c", "--worker-role-arn", "x", "--worker-role-arn", "y"],
@@ -192,12 +192,14 @@ def test_aws_only_run_needs_no_cluster(aws, monkeypatch):
     boto3.client("s3").create_bucket(Bucket="gpuburst-dev-results")
     url = boto3.client("sqs").create_queue(QueueName="gpuburst-dev-slides")["QueueUrl"]
     out = io.StringIO()
-    rc = cli.main(["--skip", "versions,keda,gpu-job,gpu-allocatable,hardware-ami", "--queue-url", url,
+    rc = cli.main(["--skip", "ami-canary,versions,karpenter-health,keda,gpu-job,gpu-allocatable,hardware-ami",
+                   "--queue-url", url,
                    "--worker-role-arn", ROLE, "--results-bucket", "gpuburst-dev-results", "--json"], stdout=out)
     assert rc == 0, out.getvalue()
-    results = json.loads(out.getvalue())
+    results = json.loads(out.getvalue())["results"]
     assert [(r["name"], r["status"]) for r in results] == [
-        ("versions", "skipped"), ("worker-iam", "pass"), ("keda", "skipped"), ("gpu-job", "skipped"),
+        ("ami-canary", "skipped"), ("versions", "skipped"), ("karpenter-health", "skipped"), ("worker-iam", "pass"),
+        ("keda", "skipped"), ("gpu-job", "skipped"),
         ("gpu-allocatable", "skipped"), ("hardware-ami", "skipped")]
 
 
@@ -213,9 +215,12 @@ def _cluster(upstream_crds, queue_url: str, instance_ids: list[str], *, trap: bo
     crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
            "metadata": {"name": "nodepools.karpenter.sh"},
            "spec": {"versions": [{"name": "v1", "served": True, "storage": True}]}}
+    karpenter_pod = load("pod_karpenter_controller.json")  # its log: 15 AMI reconcile errors in the trap
+    log = load("karpenter_controller_ami_errors.log" if trap else "karpenter_controller_healthy.log")
     kube = FakeKube(
-        nodes=nodes, pods=items("pods_device_plugin.json"), nodepools=[load("nodepool_gpu.json")],
-        nodeclasses=[load("ec2nodeclass_gpu_swapped.json")],
+        nodes=nodes, pods=items("pods_device_plugin.json") + [karpenter_pod], nodepools=[load("nodepool_gpu.json")],
+        nodeclasses=[load("ec2nodeclass_gpu_swapped.json" if trap else "ec2nodeclass_gpu.json")],
+        logs={karpenter_pod["metadata"]["name"]: log},
         crds=[crd, load_crd(upstream_crds, "keda-v2.20.2-triggerauthentications.yaml")],
         tas=[load("triggerauthentication_aws.json")], scaled_jobs=[sj],
         deployments=[pinned("karpenter"), pinned("keda")],
@@ -274,12 +279,12 @@ def test_end_to_end_healthy_cluster_passes_every_check(aws, upstream_crds, tmp_p
         out = io.StringIO()
         rc = cli.main(_argv(server.kubeconfig(tmp_path), url) + ["--json", "--cluster-name", CLUSTER],
                       clock=FakeClock(), stdout=out)
-    results = json.loads(out.getvalue())
+    results = json.loads(out.getvalue())["results"]
     assert [(r["name"], r["status"]) for r in results] == [(c.name, "pass") for c in CHECKS if not c.opt_in], \
         out.getvalue()
     assert rc == 0
     assert any(e.startswith(f"EKS cluster {CLUSTER}: version {catalogue.KUBERNETES_VERSION}, platform eks.4, "
-                            "upgradePolicy.supportType EXTENDED") for e in results[0]["evidence"]), results[0]
+                            "upgradePolicy.supportType EXTENDED") for e in results[1]["evidence"]), results[1]
     assert any("NVIDIA A10G" in r["summary"] for r in results)
     assert kube.jobs == [] or all(j["metadata"]["name"] != kube.created[0]["metadata"]["name"] for j in kube.jobs)
     assert any(r.startswith("DELETE /apis/batch/v1/namespaces/gpuburst/jobs/gpuburst-verify-gpu-")
@@ -296,10 +301,194 @@ def test_end_to_end_green_statuses_but_no_gpu_fails_and_exits_1(aws, upstream_cr
     assert rc == 1
     rows = {line.split()[0]: line.split()[1] for line in text.splitlines()
             if line and not line.startswith((" ", "CHECK", "verify:"))}
-    assert rows == {"versions": "pass", "worker-iam": "pass", "keda": "FAIL", "gpu-job": "FAIL",
-                    "gpu-allocatable": "FAIL", "hardware-ami": "pass"}, text
+    assert rows == {"ami-canary": "FAIL", "versions": "pass", "karpenter-health": "FAIL", "worker-iam": "pass",
+                    "keda": "FAIL", "gpu-job": "FAIL", "gpu-allocatable": "FAIL", "hardware-ami": "pass"}, text
     assert "nvidia.com/gpu not allocatable on 1 of 1 node(s) of NodePool gpu: ip-10-0-12-34.ec2.internal " \
            "(g5.xlarge, up" in text
     assert "while the NodePool reports Ready=True" in text
     assert "created no Job within 90 s" in text
-    assert text.strip().splitlines()[-1] == "verify: 3 failed (keda, gpu-job, gpu-allocatable)"
+    assert text.strip().splitlines()[-1] == "verify: 5 failed (ami-canary, karpenter-health, keda, gpu-job, " \
+                                            "gpu-allocatable)"
+    assert "Karpenter pod kube-system/karpenter-7d8f9c6b5-x2k9d logged 15 ERROR line(s)" in text
+
+
+# --- statuses, exit codes, --strict, the JSON document, the lease -----------------------------------------------------
+
+class _RefusingKube(FakeKube):
+    """A cluster where verify's own identity may not list ScaledJobs (RBAC 403)."""
+
+    def list_scaled_jobs(self, namespace):
+        from components.verify.kube import KubeError
+
+        raise KubeError(f"list ScaledJobs in {namespace}: 403 Forbidden: scaledjobs.keda.sh is forbidden")
+
+
+class _InterruptedKube(FakeKube):
+    """Ctrl-C (or SIGTERM, which verify turns into KeyboardInterrupt) arrives while keda reads the ScaledJobs."""
+
+    def list_scaled_jobs(self, namespace):
+        raise KeyboardInterrupt
+
+
+def _json_doc(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == "gpuburst.verify/v1"
+    assert set(doc["run"]) >= {"started", "finished", "stack", "cluster", "gpuburst_version", "argv", "interrupted"}
+    assert all(set(r) == {"name", "status", "summary", "evidence"} for r in doc["results"])
+    return doc
+
+
+def test_a_403_on_the_checks_own_call_is_error_not_fail_and_exits_2(tmp_path):
+    out = io.StringIO()
+    rc = cli.main(["--check", "keda", "--json", str(tmp_path / "v.json")], kube=_RefusingKube(), clock=FakeClock(),
+                  stdout=out)
+    doc = _json_doc(tmp_path / "v.json")
+    assert rc == 2 and doc["run"]["exit_status"] == 2
+    assert [(r["name"], r["status"]) for r in doc["results"]] == [("keda", "error")]
+    assert "403 Forbidden" in doc["results"][0]["summary"]
+    assert out.getvalue().strip().splitlines()[-1] == "verify: 1 could not run (keda)"
+
+
+def test_strict_fails_an_empty_gpu_pool_that_is_otherwise_skipped():
+    kube = FakeKube(nodepools=[load("nodepool_gpu.json")])
+    out = io.StringIO()
+    assert cli.main(["--check", "gpu-allocatable", "--json"], kube=kube, clock=FakeClock(), stdout=out) == 0
+    assert json.loads(out.getvalue())["results"][0]["status"] == "skipped"
+    out = io.StringIO()
+    assert cli.main(["--check", "gpu-allocatable", "--strict", "--json"], kube=kube, clock=FakeClock(),
+                    stdout=out) == 1
+    doc = json.loads(out.getvalue())
+    assert doc["run"]["strict"] is True
+    assert doc["results"][0]["status"] == "fail" and "--strict" in doc["results"][0]["summary"]
+
+
+def test_strict_leaves_an_explicit_skip_skipped():
+    out = io.StringIO()
+    assert cli.main(["--check", "gpu-allocatable,keda", "--skip", "keda", "--strict", "--json"],
+                    kube=FakeKube(nodepools=[load("nodepool_gpu.json")]), clock=FakeClock(), stdout=out) == 1
+    statuses = {r["name"]: r["status"] for r in json.loads(out.getvalue())["results"]}
+    assert statuses == {"keda": "skipped", "gpu-allocatable": "fail"}
+
+
+def test_interrupt_mid_run_still_writes_the_json_with_what_finished(tmp_path):
+    kube = _InterruptedKube(nodepools=[load("nodepool_gpu.json")])
+    path = tmp_path / "verify.json"
+    path.write_text("old")
+    err = io.StringIO()
+    rc = cli.main(["--check", "keda,gpu-allocatable", "--json", str(path)], kube=kube, clock=FakeClock(),
+                  stdout=io.StringIO(), stderr=err)
+    assert rc == 130 and "interrupted" in err.getvalue()
+    doc = _json_doc(path)
+    assert doc["run"]["interrupted"] is True and doc["run"]["exit_status"] == 130
+    assert doc["results"] == []  # keda was interrupted; gpu-allocatable never ran
+    assert kube.leases == {} and any("deleted" in n for n in doc["run"]["lock"])
+    assert [p.name for p in tmp_path.iterdir()] == ["verify.json"]  # no temporary file left behind
+
+
+def test_interrupt_after_a_check_keeps_its_result(tmp_path):
+    kube = _InterruptedKube(nodepools=[load("nodepool_gpu.json")], deployments=[pinned("keda")])
+    path = tmp_path / "verify.json"
+    rc = cli.main(["--check", "versions,keda", "--json", str(path)], kube=kube, clock=FakeClock(),
+                  stdout=io.StringIO(), stderr=io.StringIO())
+    doc = _json_doc(path)
+    assert rc == 130 and doc["run"]["interrupted"] is True
+    assert [r["name"] for r in doc["results"]] == ["versions"]
+
+
+def test_json_path_is_written_atomically_and_the_table_still_printed(tmp_path, monkeypatch):
+    from components.verify import report
+
+    path = tmp_path / "verify.json"
+    path.write_text('{"schema": "previous run"}')
+    out = io.StringIO()
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+    monkeypatch.setattr(report.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        cli.main(["--check", "gpu-allocatable", "--json", str(path)], kube=FakeKube(
+            nodepools=[load("nodepool_gpu.json")]), clock=FakeClock(), stdout=out)
+    assert path.read_text() == '{"schema": "previous run"}'  # a failed write never leaves half a document
+    assert [p.name for p in tmp_path.iterdir()] == ["verify.json"]
+    monkeypatch.undo()
+    rc = cli.main(["--check", "gpu-allocatable", "--json", str(path)], kube=FakeKube(
+        nodepools=[load("nodepool_gpu.json")]), clock=FakeClock(), stdout=out)
+    assert rc == 0 and _json_doc(path)["results"][0]["name"] == "gpu-allocatable"
+    assert "gpu-allocatable  skipped" in out.getvalue()
+
+
+def test_a_second_verify_exits_2_naming_the_holder_over_the_wire(tmp_path):
+    from components.verify.lease import lease_body
+
+    kube = FakeKube(nodepools=[load("nodepool_gpu.json")])
+    kube.create_lease("gpuburst", lease_body("gpuburst", "runner-7/4242/f00d", 60, FakeClock().now()))
+    with FakeApiServer(kube) as server:
+        err = io.StringIO()
+        rc = cli.main(["--kubeconfig", str(server.kubeconfig(tmp_path)), "--check", "gpu-allocatable",
+                       "--json", str(tmp_path / "v.json")], clock=FakeClock(), stdout=io.StringIO(), stderr=err)
+    assert rc == 2
+    assert "another verify holds the lease gpuburst/gpuburst-verify (holder 'runner-7/4242/f00d'" in err.getvalue()
+    doc = _json_doc(tmp_path / "v.json")
+    assert doc["results"] == [] and "runner-7/4242/f00d" in doc["run"]["error"]
+    assert not any("/nodes" in r for r in server.requests)  # no check ran
+    assert kube.leases[("gpuburst", "gpuburst-verify")]["spec"]["holderIdentity"] == "runner-7/4242/f00d"
+
+
+def test_the_lease_is_taken_and_removed_over_the_wire(tmp_path):
+    kube = FakeKube(nodepools=[load("nodepool_gpu.json")])
+    with FakeApiServer(kube) as server:
+        rc = cli.main(["--kubeconfig", str(server.kubeconfig(tmp_path)), "--check", "gpu-allocatable"],
+                      clock=FakeClock(), stdout=io.StringIO())
+    assert rc == 0 and kube.leases == {}
+    lease_calls = [r for r in server.requests if "/leases" in r]
+    assert lease_calls[:2] == ["GET /apis/coordination.k8s.io/v1/namespaces/gpuburst/leases/gpuburst-verify",
+                               "POST /apis/coordination.k8s.io/v1/namespaces/gpuburst/leases"]
+    assert lease_calls[-1] == "DELETE /apis/coordination.k8s.io/v1/namespaces/gpuburst/leases/gpuburst-verify"
+    assert kube.lease_writes[0].startswith("create gpuburst/gpuburst-verify ")
+
+
+def test_no_lock_skips_the_lease_and_missing_rbac_is_one_line(tmp_path):
+    class NoLeaseRbac(FakeKube):
+        def get_lease(self, namespace, name):
+            from components.verify.kube import KubeError
+
+            raise KubeError(f"get lease {namespace}/{name}: 403 Forbidden")
+    kube = NoLeaseRbac(nodepools=[load("nodepool_gpu.json")])
+    err = io.StringIO()
+    assert cli.main(["--check", "gpu-allocatable"], kube=kube, clock=FakeClock(), stdout=io.StringIO(),
+                    stderr=err) == 2
+    assert "verify needs get, create, update and delete on leases.coordination.k8s.io" in err.getvalue()
+    assert cli.main(["--check", "gpu-allocatable", "--no-lock"], kube=kube, clock=FakeClock(),
+                    stdout=io.StringIO()) == 0
+
+
+def test_sigterm_mid_run_is_an_interrupt_with_the_json_written(tmp_path):
+    import signal
+
+    class Cancelled(FakeKube):
+        def list_scaled_jobs(self, namespace):
+            os.kill(os.getpid(), signal.SIGTERM)  # a cancelled CI job
+            time.sleep(1)  # the handler raises here
+            raise AssertionError("SIGTERM did not interrupt the run")
+
+    before = signal.getsignal(signal.SIGTERM)
+    kube = Cancelled(nodepools=[load("nodepool_gpu.json")])
+    rc = cli.main(["--check", "keda,gpu-allocatable", "--json", str(tmp_path / "v.json")], kube=kube,
+                  clock=FakeClock(), stdout=io.StringIO(), stderr=io.StringIO())
+    assert rc == 130
+    doc = _json_doc(tmp_path / "v.json")
+    assert doc["run"]["interrupted"] is True and doc["results"] == [] and kube.leases == {}
+    assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
+
+
+def test_lock_wait_s_bounds_the_wait_for_another_holder():
+    from components.verify.lease import lease_body
+
+    clock = FakeClock()
+    kube = FakeKube(nodepools=[load("nodepool_gpu.json")])
+    kube.create_lease("gpuburst", lease_body("gpuburst", "runner-7/4242/f00d", 3600, clock.now()))
+    err = io.StringIO()
+    rc = cli.main(["--check", "gpu-allocatable", "--lock-wait-s", "30"], kube=kube, clock=clock,
+                  stdout=io.StringIO(), stderr=err)
+    assert rc == 2 and "waited 30 s (--lock-wait-s 30)" in err.getvalue() and "runner-7/4242/f00d" in err.getvalue()
+    assert sum(clock.sleeps) == pytest.approx(30)

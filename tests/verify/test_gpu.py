@@ -114,3 +114,40 @@ def test_run_does_not_wait_when_a_node_is_already_bad(clock):
                     pods=items("pods_device_plugin.json"), nodepools=[load("nodepool_gpu.json")])
     r = gpu.run(_ctx(kube, clock))
     assert r.status == "fail" and clock.t == 0
+
+
+def _g5_12xlarge(allocatable: str) -> dict:
+    node = copy.deepcopy(items("nodes_gpu_healthy.json")[0])
+    labels = node["metadata"]["labels"]
+    labels["node.kubernetes.io/instance-type"] = labels["beta.kubernetes.io/instance-type"] = "g5.12xlarge"
+    labels["karpenter.k8s.aws/instance-gpu-count"] = "4"
+    node["status"]["allocatable"]["nvidia.com/gpu"] = allocatable
+    node["status"]["capacity"]["nvidia.com/gpu"] = allocatable
+    return node
+
+
+def test_one_of_four_gpus_on_a_g5_12xlarge_fails_naming_node_type_and_both_counts():
+    r = judge([_g5_12xlarge("1")])
+    assert r.status == "fail"
+    assert "ip-10-0-12-34.ec2.internal (g5.12xlarge, up 20m00s): 1 of 4 GPUs allocatable" in r.summary
+    assert "not all allocatable" in r.summary
+    assert any("catalogue 4" in e and "1 of the 4 GPUs a g5.12xlarge has" in e for e in r.evidence)
+
+
+def test_four_of_four_gpus_on_a_g5_12xlarge_pass():
+    r = judge([_g5_12xlarge("4")])
+    assert r.status == "pass", r.summary
+
+
+def test_more_gpus_than_the_instance_has_fail_with_a_hint():
+    r = judge([_g5_12xlarge("8")])
+    assert r.status == "fail" and "8 of 4 GPUs allocatable" in r.summary
+    assert any("time-slicing or MIG" in e for e in r.evidence)
+
+
+def test_a_type_the_catalogue_does_not_know_is_not_counted():
+    node = _g5_12xlarge("2")
+    node["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "x9.mystery"
+    r = judge([node])
+    assert r.status == "pass"
+    assert any("not in the catalogue: count not compared" in e for e in r.evidence)

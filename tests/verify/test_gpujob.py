@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from verify_fakes import FakeKube, items, load
+from verify_fakes import NOW, FakeKube, items, load
 
 from components import catalogue
 from components.verify import gpujob
@@ -148,3 +148,61 @@ def test_run_without_image_fails_with_the_fix():
     ctx = Context(settings=VerifySettings(worker_image=None), kube=FakeKube())
     r = gpujob.run(ctx)
     assert r.status == "fail" and "--image" in r.summary
+
+
+def test_completed_job_on_the_wrong_gpu_model_fails_naming_both():
+    node = items("nodes_gpu_healthy.json")[0]  # a g5.xlarge: the catalogue says a10g
+    r = gpujob.judge_gpu_job(load("job_gpu_complete.json"), [load("pod_gpu_succeeded.json")],
+                             "Tesla T4, 15360 MiB, 580.95.05", [], waited_s=185, deadline_s=900, node=node)
+    assert r.status == "fail"
+    assert "'Tesla T4'" in r.summary and "g5.xlarge has a10g GPUs" in r.summary
+
+
+@pytest.mark.parametrize("smi,itype,ok", [
+    ("NVIDIA L40S", "g6e.xlarge", True),
+    ("NVIDIA L40S", "g6.xlarge", False),  # l4 is not a token of 'NVIDIA L40S'
+    ("NVIDIA A100-SXM4-40GB", "p4d.24xlarge", True),
+    ("NVIDIA H100 80GB HBM3", "p5.48xlarge", True),
+    ("Tesla T4", "g4dn.xlarge", True),
+    ("Anything", "x9.mystery", True),  # not in the catalogue: not compared
+])
+def test_model_problem(smi, itype, ok):
+    gpus = [{"name": smi, "memory": "1 MiB", "driver": "580"}]
+    assert (gpujob.model_problem(gpus, itype) is None) is ok
+
+
+def _unscheduled_pod(name):
+    pod = copy.deepcopy(load("pod_gpu_unschedulable.json"))
+    pod["metadata"]["name"] = name + "-abcde"
+    pod["metadata"]["labels"]["job-name"] = name
+    return pod
+
+
+def test_run_fails_early_when_its_target_node_has_no_gpu_allocatable(clock):
+    nodes = items("nodes_gpu_not_allocatable.json")  # Ready, 20 min old, nvidia.com/gpu 0
+    target = nodes[0]["metadata"]["name"]
+    kube = FakeKube(nodes=nodes, nodeclaims=[{"metadata": {"name": "gpu-x7k2p"},
+                                              "status": {"nodeName": target}}])
+
+    def hook(k, ns, name):
+        if not k.pods:
+            pod = _unscheduled_pod(name)
+            k.pods.append(pod)
+            k.events.append({"metadata": {"namespace": ns}, "type": "Normal", "reason": "Nominated",
+                             "message": "Pod should schedule on: nodeclaim/gpu-x7k2p",
+                             "involvedObject": {"kind": "Pod", "name": pod["metadata"]["name"]}})
+    kube.on_get_job = hook
+    r = gpujob.run(_ctx(kube, clock))
+    assert r.status == "fail"
+    assert f"its target node {target} (g5.xlarge, up 20m00s)" in r.summary
+    assert "0 nvidia.com/gpu allocatable" in r.summary and "gave up after 0 s" in r.summary
+    assert clock.t < 60 and len(kube.deleted) == 1  # not the 900 s deadline; the Job is still removed
+
+
+def test_a_young_or_gpu_node_target_is_waited_for():
+    pod = _unscheduled_pod("j")
+    pod["status"]["nominatedNodeName"] = "ip-10-0-12-34.ec2.internal"
+    bad = items("nodes_gpu_not_allocatable.json")
+    assert gpujob.target_without_gpu([pod], [], bad, [], NOW, 300) is not None
+    assert gpujob.target_without_gpu([pod], [], bad, [], NOW, 3600) is None  # still inside its grace period
+    assert gpujob.target_without_gpu([pod], [], items("nodes_gpu_healthy.json"), [], NOW, 300) is None

@@ -1,6 +1,7 @@
 """keda: the operator's version, TriggerAuthentications against the live CRD, ScaledJob health, and the probe."""
 from __future__ import annotations
 
+import io
 import json
 
 import boto3
@@ -8,7 +9,7 @@ import pytest
 from verify_fakes import NOW, FakeKube, items, load, load_crd
 
 from components import catalogue
-from components.verify import keda, keda_probe
+from components.verify import keda, keda_identity, keda_probe
 from components.verify.aws import Aws
 from components.verify.context import Context
 from components.verify.model import VerifySettings
@@ -246,10 +247,14 @@ def test_probe_consumed_by_a_started_worker_leaves_the_job_running(aws, clock):
             job, pod = _keda_job(sj, started=True)
             k.jobs.append(job)
             k.pods.append(pod)
+            probe_id = m["MessageAttributes"][keda_probe.PROBE_ATTRIBUTE]["StringValue"]
+            k.logs[pod["metadata"]["name"]] = f"level=info event=verify.probe detail=verify probe {probe_id} " \
+                                              "acknowledged\n"
     kube.on_list_jobs = hook
     ok, _, evidence = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
     assert ok
     assert any("taken by the worker" in e for e in evidence)
+    assert any("pod slides-x7p2q-pod logged `verify probe" in e and "by its message" in e for e in evidence)
     assert kube.deleted == []
 
 
@@ -312,3 +317,167 @@ def test_scaledjob_watching_a_queue_outside_the_stack_fails(aws, clock, upstream
     r = keda.run(ctx)
     assert r.status == "fail"
     assert r.summary.startswith(f"ScaledJob gpuburst/slides watches {url}, which is not one of the stack's queues")
+
+
+# --- a probe that cannot be confused ----------------------------------------------------------------------------------
+
+def test_the_probe_ignores_a_foreign_job(aws, clock):
+    """Jobs that appear after the send but are not the ScaledJob's own (a hand-made Job with KEDA's label, a Job of
+    a same-named ScaledJob that was recreated, a Job created before the send) never count as the probe's."""
+    sqs = boto3.client("sqs")
+    url, sj, kube = _setup(sqs)
+    state = {"n": 0}
+
+    def hook(k, ns):
+        state["n"] += 1
+        if state["n"] == 2:
+            by_hand, _ = _keda_job(sj, "slides-byhand")
+            del by_hand["metadata"]["ownerReferences"]  # only the label
+            other, _ = _keda_job(sj, "slides-other")
+            other["metadata"]["ownerReferences"][0]["uid"] = "uid-of-a-deleted-scaledjob"
+            early, _ = _keda_job(sj, "slides-early")
+            early["metadata"]["creationTimestamp"] = "2026-11-02T09:59:50Z"  # 10 s before the send (NOW)
+            k.jobs += [by_hand, other, early]
+    kube.on_list_jobs = hook
+    ok, verdict, _ = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
+    assert not ok and "created no Job within 90 s" in verdict
+    assert kube.deleted == []  # nobody else's Job is touched
+
+
+def test_a_job_created_just_after_the_send_counts(aws, clock):
+    sqs = boto3.client("sqs")
+    url, sj, kube = _setup(sqs)
+    state = {"n": 0}
+
+    def hook(k, ns):
+        state["n"] += 1
+        if state["n"] == 2:
+            job, pod = _keda_job(sj, "slides-fresh")
+            job["metadata"]["creationTimestamp"] = "2026-11-02T10:00:01Z"
+            k.jobs.append(job)
+            k.pods.append(pod)
+    kube.on_list_jobs = hook
+    ok, verdict, _ = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
+    assert ok and "Job slides-fresh appeared" in verdict
+
+
+def test_activation_threshold_is_explained_and_no_probe_is_sent(aws, clock):
+    sqs = boto3.client("sqs")
+    url, sj, kube = _setup(sqs)
+    sj["spec"]["triggers"][0]["metadata"]["activationQueueLength"] = "1"
+    ok, verdict, evidence = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
+    assert ok is None
+    assert verdict.startswith("ScaledJob gpuburst/slides: activationQueueLength 1: the queue would hold 1 message(s)")
+    assert _visible(sqs, url) == 0 and clock.t == 0  # nothing sent, nothing waited for
+
+
+def test_activation_below_the_queue_length_with_the_probe_still_probes():
+    sj = load("scaledjob_ready.json")
+    trigger = dict(keda_probe.sqs_triggers(sj)[0], activation=1)
+    assert keda_probe.probe_blocked(sj, trigger, {"ApproximateNumberOfMessages": "1"}, []) is None
+    trigger["in_flight"] = False
+    assert keda_probe.probe_blocked(sj, trigger, {"ApproximateNumberOfMessagesNotVisible": "3"}, []) is not None
+
+
+def test_a_scaledjob_at_max_replicas_is_explained_not_failed(aws, clock, upstream_crds):
+    sqs = boto3.client("sqs")
+    url, sj, kube = _setup(sqs, old_job=False)
+    for i in range(sj["spec"]["maxReplicaCount"]):
+        job, _ = _keda_job(sj, f"slides-busy{i}")
+        kube.jobs.append(job)
+    done, _ = _keda_job(sj, "slides-done")
+    done["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    kube.jobs.append(done)
+    kube.deployments = [load("deployment_keda_2.20.2.json")]
+    kube.crds = {keda.TA_CRD: load_crd(upstream_crds, TA_2_20)}
+    kube.tas = [load("triggerauthentication_aws.json")]
+    kube.scaled_jobs = [sj]
+    r = keda.run(_ctx(kube, clock))
+    assert r.status == "skipped", r
+    assert r.summary.startswith("ScaledJob gpuburst/slides: at maxReplicaCount 4 (4 of its Jobs running")
+    assert _visible(sqs, url) == 0
+    kube.jobs = kube.jobs[1:]  # one finished: room for the probe's Job again
+    assert keda_probe.probe_blocked(sj, keda_probe.sqs_triggers(sj)[0], {}, kube.jobs) is None
+
+
+def test_a_refused_sqs_call_of_the_probe_is_error_not_fail(aws, clock, upstream_crds):
+    from components.verify.aws import AwsError
+
+    sqs = boto3.client("sqs")
+    url, sj, kube = _setup(sqs)
+    kube.deployments = [load("deployment_keda_2.20.2.json")]
+    kube.crds = {keda.TA_CRD: load_crd(upstream_crds, TA_2_20)}
+    kube.tas = [load("triggerauthentication_aws.json")]
+
+    class Refused(Aws):
+        def send_message(self, *a, **kw):
+            raise AwsError("sqs:SendMessage", url, "AccessDenied", "not authorized")
+    ctx = _ctx(kube, clock)
+    ctx.aws_factory = lambda region: Refused(region)
+    r = keda.run(ctx)
+    assert r.status == "error", r
+    assert "could not run: sqs:SendMessage" in r.summary and "AccessDenied" in r.summary
+
+
+# --- identityOwner, live ----------------------------------------------------------------------------------------------
+
+def _with_owner(trigger_owner, ta_owner=None, role=True):
+    sj = load("scaledjob_ready.json")
+    sj["spec"]["triggers"][0]["metadata"]["identityOwner"] = trigger_owner
+    ta = load("triggerauthentication_aws.json")
+    if not role:
+        ta["spec"]["podIdentity"].pop("roleArn", None)
+    if ta_owner:
+        ta["spec"]["podIdentity"]["identityOwner"] = ta_owner
+    return sj, ta
+
+
+def test_identity_owner_mismatch_fails_naming_both(ta_crd):
+    sj, ta = _with_owner("operator", "workload", role=False)
+    _, problems, _, per_sj = keda.judge_keda_static([load("deployment_keda_2.20.2.json")], ta_crd, None, [ta], [],
+                                                    [sj], [], "", NOW, 900, "gpuburst")
+    assert len(problems) == 1 and per_sj["slides"] == problems
+    assert problems[0].startswith("ScaledJob gpuburst/slides: trigger 0 metadata.identityOwner 'operator' is ignored "
+                                  "by KEDA 2.20.2: TriggerAuthentication gpuburst/keda-aws (provider 'aws') decides, "
+                                  "and it uses workload — not 'keda'")
+
+
+def test_identity_owner_against_a_role_arn_fails():
+    sj, ta = _with_owner("keda")
+    problems, _ = keda_identity.identity_owner_problems([sj], [ta], [], "2.20.2")
+    assert "it uses role arn:aws:iam::" in problems["slides"][0]
+
+
+def test_identity_owner_that_agrees_is_only_noted():
+    sj, ta = _with_owner("pod", "workload", role=False)
+    problems, evidence = keda_identity.identity_owner_problems([sj], [ta], [], "2.20.2")
+    assert problems == {} and any("deprecated since KEDA 2.13" in e for e in evidence)
+    sj, ta = _with_owner("keda", role=False)  # neither roleArn nor identityOwner: KEDA's default, keda
+    assert keda_identity.identity_owner_problems([sj], [ta], [], "2.20.2")[0] == {}
+
+
+def test_identity_owner_before_provider_aws_existed_is_not_judged():
+    sj, ta = _with_owner("operator", "workload", role=False)
+    assert keda_identity.identity_owner_problems([sj], [ta], [], "2.12.1") == ({}, [])
+
+
+def test_interrupt_during_the_probe_wait_removes_the_probe_the_lease_and_writes_the_json(aws, clock, upstream_crds,
+                                                                                           tmp_path):
+    from components.verify import cli
+
+    sqs = boto3.client("sqs")
+    url, sj, kube = _setup(sqs)
+    kube.deployments = [load("deployment_keda_2.20.2.json")]
+    kube.crds = {keda.TA_CRD: load_crd(upstream_crds, TA_2_20)}
+    kube.tas = [load("triggerauthentication_aws.json")]
+
+    def ctrl_c(seconds):
+        assert _visible(sqs, url) == 1  # the probe is out
+        raise KeyboardInterrupt
+    clock.sleep = ctrl_c
+    rc = cli.main(["--check", "keda", "--json", str(tmp_path / "v.json"), "--region", "us-east-1"], kube=kube,
+                  clock=clock, aws_factory=lambda region: Aws(region), stdout=io.StringIO(), stderr=io.StringIO())
+    assert rc == 130
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert doc["schema"] == "gpuburst.verify/v1" and doc["run"]["interrupted"] is True
+    assert _visible(sqs, url) == 0 and kube.leases == {}

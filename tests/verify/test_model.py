@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from components.verify.model import CheckResult, age_s, fmt_age, parse_time
+from components.verify.model import CheckResult, age_s, apply_strict, exit_status, fmt_age, parse_time
 
 
 def test_check_result_refuses_an_unknown_status():
@@ -30,3 +30,24 @@ def test_parse_time_and_age():
 @pytest.mark.parametrize("s,text", [(42, "42s"), (432, "7m12s"), (11100, "3h05m"), (None, "unknown age")])
 def test_fmt_age(s, text):
     assert fmt_age(s) == text
+
+
+def test_error_is_a_status_of_its_own():
+    assert CheckResult("keda", "error", "the check could not run: 403").status == "error"
+
+
+@pytest.mark.parametrize("statuses,rc", [
+    ([], 0), (["pass", "skipped"], 0), (["pass", "fail"], 1), (["pass", "error"], 2),
+    (["fail", "error", "pass"], 2),  # an error outranks a failure: the verdict is incomplete
+])
+def test_exit_status(statuses, rc):
+    assert exit_status([CheckResult(f"c{i}", s, "x") for i, s in enumerate(statuses)]) == rc
+
+
+def test_strict_fails_a_skipped_check_and_leaves_the_others():
+    skipped = CheckResult("gpu-allocatable", "skipped", "no GPU node in NodePool gpu to judge", ["pool empty"])
+    r = apply_strict(skipped)
+    assert r.status == "fail" and "--strict" in r.summary and "no GPU node" in r.summary
+    assert r.evidence[0] == "pool empty"
+    for s in ("pass", "fail", "error"):
+        assert apply_strict(CheckResult("x", s, "y")).status == s

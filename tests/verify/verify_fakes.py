@@ -75,6 +75,18 @@ def pinned_server() -> dict:
     return server_at(catalogue.KUBERNETES_VERSION)
 
 
+def karpenter_101_swap_cluster(**kw: Any) -> FakeKube:
+    """The Karpenter 1.0.1 AMI swap with the GPU pool at zero: Karpenter 1.0.1's Deployment and controller pod, the
+    NodePool `gpu` (Ready=True) and an EC2NodeClass `gpu` whose status.amis maps the Neuron image to
+    `instance-gpu-count Exists` (Ready=True), and no GPU node; `kw` adds or replaces FakeKube arguments."""
+    args: dict[str, Any] = dict(nodepools=[load("nodepool_gpu.json")],
+                                nodeclasses=[load("ec2nodeclass_gpu_swapped.json")],
+                                deployments=[load("deployment_karpenter_1.0.1.json")],
+                                pods=[load("pod_karpenter_controller.json")], nodes=[])
+    args.update(kw)
+    return FakeKube(**args)
+
+
 def load_crd(upstream: Path, filename: str) -> dict:
     """An upstream CRD file as the object the cluster would return for it."""
     docs = [d for d in yaml.safe_load_all((upstream / filename).read_text()) if d]
@@ -159,6 +171,9 @@ class FakeKube:
         self.on_get_job: Callable | None = None
         self.on_list_jobs: Callable | None = None
         self.host = "https://fake.example"
+        self.leases: dict[tuple[str, str], dict] = {}
+        """coordination.k8s.io/v1 Leases by (namespace, name); writes check metadata.resourceVersion like the API."""
+        self.lease_writes: list[str] = []
 
     def version(self) -> dict:
         return self.server_version
@@ -236,6 +251,35 @@ class FakeKube:
         self.deleted.append(f"{namespace}/{name}")
         return len(self.jobs) < before
 
+    def get_lease(self, namespace, name):
+        return copy.deepcopy(self.leases.get((namespace, name)))
+
+    def _store_lease(self, namespace, body, verb):
+        from components.verify.kube import KubeConflict
+
+        name = body["metadata"]["name"]
+        current = self.leases.get((namespace, name))
+        if verb == "create" and current is not None:
+            raise KubeConflict(f"create lease in {namespace}: 409 Conflict: leases {name!r} already exists")
+        if verb == "replace" and (current is None or body["metadata"].get("resourceVersion")
+                                  != current["metadata"]["resourceVersion"]):
+            raise KubeConflict(f"replace lease {namespace}/{name}: 409 Conflict: the object has been modified")
+        lease = copy.deepcopy(body)
+        lease["metadata"].update(namespace=namespace, resourceVersion=str(len(self.lease_writes) + 1))
+        self.leases[(namespace, name)] = lease
+        self.lease_writes.append(f"{verb} {namespace}/{name} {lease['spec'].get('holderIdentity')}")
+        return copy.deepcopy(lease)
+
+    def create_lease(self, namespace, body):
+        return self._store_lease(namespace, body, "create")
+
+    def replace_lease(self, namespace, name, body):
+        return self._store_lease(namespace, body, "replace")
+
+    def delete_lease(self, namespace, name):
+        self.lease_writes.append(f"delete {namespace}/{name}")
+        return self.leases.pop((namespace, name), None) is not None
+
 
 # --------------------------------------------------------------------------------------------------------------------
 # The same FakeKube, served over HTTP on Kubernetes API paths.
@@ -312,6 +356,15 @@ class _Handler(BaseHTTPRequestHandler):
              lambda ns, name: one(k.get_job(ns, name), f"jobs.batch {name!r}")),
             ("POST", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs",
              lambda ns: self._send(201, k.create_job(ns, self._body()))),
+            ("GET", r"/apis/coordination.k8s.io/v1/namespaces/(?P<ns>[^/]+)/leases/(?P<name>[^/]+)",
+             lambda ns, name: one(k.get_lease(ns, name), f"leases.coordination.k8s.io {name!r}")),
+            ("POST", r"/apis/coordination.k8s.io/v1/namespaces/(?P<ns>[^/]+)/leases",
+             lambda ns: self._lease_write(201, k.create_lease, ns)),
+            ("PUT", r"/apis/coordination.k8s.io/v1/namespaces/(?P<ns>[^/]+)/leases/(?P<name>[^/]+)",
+             lambda ns, name: self._lease_write(200, k.replace_lease, ns, name)),
+            ("DELETE", r"/apis/coordination.k8s.io/v1/namespaces/(?P<ns>[^/]+)/leases/(?P<name>[^/]+)",
+             lambda ns, name: self._send(200, _status(200, "deleted")) if k.delete_lease(ns, name)
+             else self._send(404, _status(404, f"leases.coordination.k8s.io {name!r} not found"))),
             ("DELETE", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)",
              lambda ns, name: self._send(200, _status(200, "deleted")) if k.delete_job(ns, name)
              else self._send(404, _status(404, f"jobs.batch {name!r} not found"))),
@@ -326,6 +379,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _body(self) -> dict:
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length) or b"{}")
+
+    def _lease_write(self, code: int, write: Callable, *args: str) -> None:
+        from components.verify.kube import KubeConflict
+
+        try:
+            self._send(code, write(*args, self._body()))
+        except KubeConflict as e:
+            self._send(409, _status(409, str(e)))
+
+    def do_PUT(self) -> None:
+        self._route("PUT")
 
     def do_GET(self) -> None:
         self._route("GET")

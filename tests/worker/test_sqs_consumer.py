@@ -191,7 +191,9 @@ def test_malformed_contract_violation_and_missing_slide_go_to_the_dlq_with_one_l
     assert all(m["MessageAttributes"]["gpuburst-source-queue"]["StringValue"] == url for m in dead)
     dl_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("message.dead_lettered")]
     assert len(dl_lines) == 3 and all("\n" not in line for line in dl_lines)
-    assert not [r for r in caplog.records if r.exc_info]  # no tracebacks for bad messages
+    # No tracebacks for bad messages from the worker (asyncio may log an earlier test's unretrieved future here when
+    # the garbage collector runs: not the worker's).
+    assert not [r for r in caplog.records if r.exc_info and r.name.startswith("worker")]
     assert counts(sqs, url) == (0, 0)
     assert keys(s3) == ["run/b.json", "run/b.overlay.ome.tif", "run/b.preview.png"]
 

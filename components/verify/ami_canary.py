@@ -1,0 +1,162 @@
+"""The `ami-canary` check: the image the live EC2NodeClass resolves for the GPU NodePool's instance types is the
+NVIDIA variant of the expected AMI family, judged from `status.amis` and EC2's image names with no node running."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .. import catalogue
+from ..spec.names import INSTANCE_TYPE_LABEL
+from .context import Context
+from .hardware import GPU_MANUFACTURER_LABEL, admission_problems, ami_kind, expected_family, requirement_problem
+from .model import FAIL, PASS, CheckResult
+
+NAME = "ami-canary"
+GPU_COUNT_LABEL = "karpenter.k8s.aws/instance-gpu-count"
+_FAMILY = re.compile(r"^(?P<category>[a-z]+)(?P<generation>\d+)")
+
+
+def instance_labels(itype: catalogue.InstanceType) -> dict[str, str]:
+    """The Karpenter labels an instance of this catalogue type carries (what status.amis requirements are matched
+    against when Karpenter picks the image for it)."""
+    m = _FAMILY.match(itype.family)
+    labels = {
+        INSTANCE_TYPE_LABEL: itype.name,
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/os": "linux",
+        "karpenter.k8s.aws/instance-family": itype.family,
+        "karpenter.k8s.aws/instance-cpu": str(itype.vcpu),
+        "karpenter.k8s.aws/instance-memory": str(itype.memory_mib),
+        GPU_COUNT_LABEL: str(itype.gpus),
+        GPU_MANUFACTURER_LABEL: "nvidia",
+        "karpenter.k8s.aws/instance-gpu-name": itype.gpu_name,
+        "karpenter.k8s.aws/instance-gpu-memory": str(itype.gpu_memory_mib),
+    }
+    if m:
+        labels["karpenter.k8s.aws/instance-category"] = m["category"]
+        labels["karpenter.k8s.aws/instance-generation"] = m["generation"]
+    if itype.local_nvme_gb:
+        labels["karpenter.k8s.aws/instance-local-nvme"] = str(itype.local_nvme_gb)
+    return labels
+
+
+def gpu_instance_types(nodepool: dict | None) -> list[catalogue.InstanceType]:
+    """The catalogue's GPU instance types the NodePool's requirements admit (requirements on labels an instance type
+    does not determine, such as capacity type or zone, are left out: they do not change the image)."""
+    reqs = ((((nodepool or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("requirements") or []
+    admitted = []
+    for t in catalogue.INSTANCE_TYPES.values():
+        labels = instance_labels(t)
+        known = [r for r in reqs if r.get("key") in labels]
+        if not admission_problems({"spec": {"template": {"spec": {"requirements": known}}}}, labels):
+            admitted.append(t)
+    return admitted
+
+
+def selected_amis(amis: list[dict], labels: dict[str, str]) -> list[dict]:
+    """The status.amis entries whose requirements all hold for an instance with these labels (Karpenter launches
+    the newest of them)."""
+    return [a for a in amis if not any(requirement_problem(r, labels) for r in a.get("requirements") or [])]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One image and the GPU instance types it is resolved for."""
+
+    ami_id: str
+    """The AMI id from status.amis."""
+    name: str
+    """Its name: EC2's (DescribeImages) when read, else status.amis's."""
+    types: tuple[str, ...]
+    """The admitted GPU instance types it is selected for."""
+
+
+def judge_ami_canary(nodepool_name: str, nodepool: dict | None, nodeclass_name: str | None, nodeclass: dict | None,
+                     images: dict[str, dict], *, lookup_error: str | None = None) -> CheckResult:
+    """The verdict: every image status.amis selects for an admitted GPU instance type is the NVIDIA variant of the
+    family the EC2NodeClass selects; every admitted type has one. `images` maps AMI id -> EC2 image."""
+    evidence = [lookup_error] if lookup_error else []
+    if nodepool is None:
+        return CheckResult(NAME, FAIL, f"NodePool {nodepool_name} does not exist (wrong --nodepool?)", evidence)
+    if nodeclass is None:
+        return CheckResult(NAME, FAIL, f"EC2NodeClass {nodeclass_name or '(none)'} of NodePool {nodepool_name} "
+                                       "not found", evidence)
+    amis = list((nodeclass.get("status") or {}).get("amis") or [])
+    family = expected_family(nodeclass)
+    for a in amis:
+        reqs = ", ".join(f"{r.get('key')} {r.get('operator')} {r.get('values') or ''}".strip()
+                         for r in a.get("requirements") or [])
+        ec2 = images.get(a.get("id")) or {}
+        evidence.append(f"EC2NodeClass {nodeclass_name} status.amis: {a.get('id')} {a.get('name')!r} for [{reqs}]"
+                        + (f"; EC2 names it {ec2.get('Name')!r}" if ec2.get("Name") else ""))
+    if not amis:
+        return CheckResult(NAME, FAIL, f"EC2NodeClass {nodeclass_name} has no status.amis: Karpenter resolved no "
+                                       "image, so no GPU node can launch (see karpenter-health)", evidence)
+    types = gpu_instance_types(nodepool)
+    if not types:
+        return CheckResult(NAME, FAIL, f"NodePool {nodepool_name} admits no GPU instance type of the catalogue",
+                           evidence)
+    by_ami: dict[str, list[str]] = {}
+    names: dict[str, str] = {}
+    unresolved: list[str] = []
+    for t in types:
+        chosen = selected_amis(amis, instance_labels(t))
+        if not chosen:
+            unresolved.append(t.name)
+        for a in chosen:
+            by_ami.setdefault(a.get("id", "?"), []).append(t.name)
+            names[a.get("id", "?")] = (images.get(a.get("id")) or {}).get("Name") or a.get("name") or ""
+    selections = [Selection(i, names[i], tuple(ts)) for i, ts in by_ami.items()]
+    wrong = []
+    for sel in selections:
+        kind = ami_kind({"Name": sel.name})
+        shown = _types(sel.types)
+        line = f"{shown} -> {sel.ami_id} {sel.name!r} ({kind.family}/{kind.variant})"
+        if kind.variant != "nvidia" or kind.family != family:
+            wrong.append(f"{sel.ami_id} {sel.name!r} (variant {kind.variant}, family {kind.family}) for {shown}")
+            evidence.append(line + f" — an NVIDIA GPU instance needs the {family} nvidia variant")
+        else:
+            evidence.append(line + " — NVIDIA variant, as needed")
+    problems = []
+    if wrong:
+        problems.append(f"EC2NodeClass {nodeclass_name} status.amis gives NodePool {nodepool_name}'s GPU instance "
+                        f"types the wrong image: {' | '.join(wrong)}; GPU nodes would boot without a usable "
+                        "nvidia.com/gpu (the Karpenter 1.0.0-1.0.2 AMI swap, or an amiSelectorTerms matching the "
+                        "wrong image)")
+    if unresolved:
+        problems.append(f"EC2NodeClass {nodeclass_name} status.amis has no image for {_types(tuple(unresolved))}")
+    if problems:
+        return CheckResult(NAME, FAIL, problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+                           problems[1:] + evidence)
+    images_shown = ", ".join(f"{s.ami_id} {s.name!r}" for s in selections)
+    return CheckResult(NAME, PASS, f"EC2NodeClass {nodeclass_name} resolves {len(types)} GPU instance type(s) of "
+                                   f"NodePool {nodepool_name} to the {family} NVIDIA AMI: {images_shown}", evidence)
+
+
+def _types(types: tuple[str, ...]) -> str:
+    return ", ".join(types[:4]) + (f" (+{len(types) - 4} more)" if len(types) > 4 else "")
+
+
+def run(ctx: Context) -> CheckResult:
+    """Read the NodePool, its EC2NodeClass and (ec2:DescribeImages) the names of the images in status.amis; judge."""
+    s = ctx.settings
+    nodepool = ctx.kube.get_nodepool(s.nodepool)
+    ref = ((((nodepool or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+    nodeclass = ctx.kube.get_ec2nodeclass(ref["name"]) if ref.get("name") else None
+    ids = sorted({a.get("id") for a in ((nodeclass or {}).get("status") or {}).get("amis") or [] if a.get("id")})
+    images: dict[str, dict] = {}
+    error = None
+    if ids:
+        from botocore.exceptions import BotoCoreError
+
+        from .aws import AwsError, region_from_eks_endpoint  # boto3 loads only when a check talks to AWS
+
+        try:
+            aws = ctx.aws(s.region or region_from_eks_endpoint(getattr(ctx.kube, "host", "") or ""))
+            images = {im["ImageId"]: im for im in aws.describe_images(ids)}
+        except AwsError as e:
+            error = f"{e}: judged from the names in status.amis alone"
+        except BotoCoreError as e:  # no region configured: the client cannot even be built
+            error = (f"ec2:DescribeImages on {','.join(ids)}: {type(e).__name__} ({' '.join(str(e).split())}): "
+                     "judged from the names in status.amis alone")
+    return judge_ami_canary(s.nodepool, nodepool, ref.get("name"), nodeclass, images, lookup_error=error)

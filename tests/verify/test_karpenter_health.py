@@ -1,0 +1,122 @@
+"""karpenter-health: the controller's own log since its start, and NodeClaims stuck before Initialized."""
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+
+from verify_fakes import NOW, FakeApiServer, FakeKube, load
+
+from components.verify import karpenter_health as kh
+from components.verify.context import Context
+from components.verify.kube import connect
+from components.verify.model import VerifySettings
+
+POD = "karpenter-7d8f9c6b5-x2k9d"
+ERROR = "resolving AMIs: no amis exist"
+
+
+def _kube(log="karpenter_controller_ami_errors.log", **kw):
+    return FakeKube(pods=[load("pod_karpenter_controller.json")], logs={POD: load(log)}, **kw)
+
+
+def _run(kube, clock):
+    return kh.run(Context(settings=VerifySettings(), kube=kube, clock=clock))
+
+
+def _nodeclaim(name="gpu-x7k2p", minutes_old=20, initialized=False):
+    created = (NOW - timedelta(minutes=minutes_old)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conds = [{"type": "Launched", "status": "True"}, {"type": "Registered", "status": "True"},
+             {"type": "Initialized", "status": "True" if initialized else "Unknown"}]
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "creationTimestamp": created,
+                         "labels": {"karpenter.sh/nodepool": "gpu", "node.kubernetes.io/instance-type": "g5.xlarge"}},
+            "status": {"conditions": conds, "nodeName": "ip-10-0-12-34.ec2.internal"}}
+
+
+def test_fifteen_reconcile_errors_fail_naming_the_pod_the_nodeclass_and_the_error(clock):
+    r = _run(_kube(), clock)
+    assert r.status == "fail"
+    for part in (f"kube-system/{POD}", "EC2NodeClass gpu", ERROR, "x15", "nodeclass.status"):
+        assert part in r.summary, part
+    first = next(e for e in r.evidence if e.strip().startswith("first:"))
+    last = next(e for e in r.evidence if e.strip().startswith("last:"))
+    assert '"2026-11-02T09:45:30.100Z"' in first and '"2026-11-02T09:59:30.114Z"' in last
+    assert '"message":"Reconciler error"' in first and f'"error":"{ERROR}"' in first
+    assert all(len(e) < kh.QUOTE_CHARS + 20 for e in (first, last))  # trimmed
+    assert any("15 ERROR line(s)" in e for e in r.evidence)
+
+
+def test_a_healthy_log_passes_with_a_one_line_summary(clock):
+    r = _run(_kube("karpenter_controller_healthy.log", nodeclaims=[_nodeclaim(initialized=True)]), clock)
+    assert r.status == "pass", r.summary
+    assert POD in r.summary and "no ERROR line" in r.summary and "1 NodeClaim(s)" in r.summary
+    assert "\n" not in r.summary
+
+
+def test_errors_before_the_start_do_not_count():
+    log = load("karpenter_controller_ami_errors.log")
+    pod = load("pod_karpenter_controller.json")
+    since = NOW - timedelta(minutes=5)  # 09:55: the last five errors only
+    r = kh.judge_karpenter_health("kube-system", [pod], {POD: log}, [], [], NOW, since=since)
+    assert r.status == "fail" and "x5" in r.summary and "since 2026-11-02T09:55:00+00:00" in r.summary
+    later = kh.judge_karpenter_health("kube-system", [pod], {POD: log}, [], [], NOW, since=NOW)
+    assert later.status == "pass"
+
+
+def test_errors_are_grouped_by_controller_and_error():
+    lines = [
+        '{"level":"ERROR","time":"2026-11-02T09:50:00Z","logger":"controller","message":"Reconciler error",'
+        '"controller":"nodepool.readiness","NodePool":{"name":"gpu"},"error":"EC2NodeClass not ready"}',
+        '{"level":"ERROR","time":"2026-11-02T09:51:00Z","logger":"controller","message":"Reconciler error",'
+        '"controller":"nodepool.readiness","NodePool":{"name":"gpu"},"error":"EC2NodeClass not ready"}',
+        '{"level":"ERROR","time":"2026-11-02T09:52:00Z","logger":"controller","message":"could not launch nodeclaim",'
+        '"controller":"nodeclaim.lifecycle","NodeClaim":{"name":"gpu-abcde"},"error":"InsufficientInstanceCapacity"}',
+        "2026-11-02T09:53:00.000Z\tERROR\tcontroller\tReconciler error\t{\"controller\":\"nodepool.readiness\","
+        "\"NodePool\":{\"name\":\"gpu\"},\"error\":\"EC2NodeClass not ready\"}",
+        '{"level":"INFO","time":"2026-11-02T09:54:00Z","message":"fine"}',
+        "not json at all",
+    ]
+    r = kh.judge_karpenter_health("kube-system", [load("pod_karpenter_controller.json")], {POD: "\n".join(lines)},
+                                  [], [], NOW)
+    assert r.status == "fail"
+    assert "controller nodepool.readiness on NodePool gpu: 'EC2NodeClass not ready' x3" in r.summary
+    assert "1 more error group(s)" in r.summary and "4 ERROR line(s)" in r.summary
+    assert any("controller nodeclaim.lifecycle (NodeClaim gpu-abcde)" in e for e in r.evidence)
+
+
+def test_a_nodeclaim_stuck_before_initialized_fails_with_its_event_reasons(clock):
+    events = [{"metadata": {"namespace": "default"}, "type": "Warning", "reason": "FailedInitialization",
+               "message": "nvidia.com/gpu not registered", "count": 7,
+               "involvedObject": {"kind": "NodeClaim", "name": "gpu-x7k2p"}}]
+    kube = _kube("karpenter_controller_healthy.log", nodeclaims=[_nodeclaim(), _nodeclaim("gpu-young", 2)],
+                 events=events)
+    r = _run(kube, clock)
+    assert r.status == "fail"
+    assert "1 NodeClaim(s) not Initialized after 900 s: gpu-x7k2p (NodePool gpu, g5.xlarge, age 20m00s)" in r.summary
+    stuck = next(e for e in r.evidence if e.startswith("NodeClaim gpu-x7k2p"))
+    assert "Initialized=Unknown" in stuck and "Warning FailedInitialization x7" in stuck
+    assert any(e.startswith("NodeClaim gpu-young") and "not Initialized" not in e for e in r.evidence)
+
+
+def test_no_controller_pod_fails(clock):
+    r = _run(FakeKube(), clock)
+    assert r.status == "fail" and "no Karpenter controller pod in namespace kube-system" in r.summary
+
+
+def test_the_container_start_counts_not_the_pod_creation():
+    pod = copy.deepcopy(load("pod_karpenter_controller.json"))
+    pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] = "2026-11-02T09:58:00Z"  # restarted
+    r = kh.judge_karpenter_health("kube-system", [pod], {POD: load("karpenter_controller_ami_errors.log")}, [], [],
+                                  NOW)
+    assert "x2" in r.summary  # 09:58:30 and 09:59:30
+
+
+def test_run_over_the_wire_reads_the_log_nodeclaims_and_events(tmp_path, clock):
+    kube = _kube(nodeclaims=[_nodeclaim()])
+    with FakeApiServer(kube) as server:
+        live = connect(str(server.kubeconfig(tmp_path)), connect_timeout_s=2)
+        r = _run(live, clock)
+        requests = list(server.requests)
+    assert r.status == "fail" and "EC2NodeClass gpu" in r.summary and "gpu-x7k2p" in r.summary
+    assert f"GET /api/v1/namespaces/kube-system/pods/{POD}/log" in requests
+    assert "GET /apis/karpenter.sh/v1/nodeclaims" in requests and "GET /api/v1/namespaces/default/events" in requests
