@@ -6,7 +6,7 @@ from components.platform import GpuBurstPlatform
 
 # Parsed before any resource is declared: a bad key or value stops here, in one line, with nothing registered.
 config = parse_config(current_config(), stack=pulumi.get_stack())
-platform = GpuBurstPlatform("gpuburst", config)
+platform = GpuBurstPlatform("gpuburst", config, verify_image=config.verify_image)
 
 pulumi.export("clusterName", platform.cluster_name)
 pulumi.export("kubeconfig", pulumi.Output.secret(platform.kubeconfig_json))
@@ -22,3 +22,6 @@ pulumi.export("namespace", platform.namespace_name)
 pulumi.export("resultsPrefix", platform.results_prefix)
 # Run once after the first `pulumi up` (GPU nodes pull these images from the stack's ECR mirror, not the internet).
 pulumi.export("mirrorCopyCommands", platform.mirror_copy_commands)
+if platform.verify_runner is not None:
+    # The hook Job of this set of guarded versions: `kubectl -n <namespace> logs job/<name>` is verify's JSON verdict.
+    pulumi.export("verifyJobName", platform.verify_runner.job_name)

@@ -42,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "WorkerImage": "image", "WorkerImageArgs": "image",
     "WorkloadIdentity": "identity", "WorkloadIdentityArgs": "identity",
     "DataKey": "keys", "DataKeyArgs": "keys",
+    # verify as code: its RBAC and IAM, and the hook Job
+    "VerifyRunner": "verify_runner", "VerifyRunnerArgs": "verify_runner",
     # Errors and the version catalogue
     "ConfigError": "spec.validation",
     "catalogue": "",
@@ -82,6 +84,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly 
     from .spec.worker_pod import WorkerPodSettings
     from .spec.workload import WorkloadFacts
     from .storage import SlideStorage, SlideStorageArgs
+    from .verify_runner import VerifyRunner, VerifyRunnerArgs
     from .warm_floor import WarmGpuFloor, WarmGpuFloorArgs
 
 

@@ -8,6 +8,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from .catalogue import CHARTS
 from .catalogue.network import GPU_NODE_MIRRORS
 from .cluster import Cluster, ClusterArgs
 from .config import StackConfig, WorkloadConfig, support_advisory
@@ -38,6 +39,7 @@ from .spec.names import control_plane_log_group
 from .spec.validation import ConfigError, names_its_errors
 from .spec.workload import WorkloadFacts
 from .storage import SlideStorage, SlideStorageArgs
+from .verify_runner import VerifyRunner, VerifyRunnerArgs
 from .warm_floor import WarmGpuFloor, WarmGpuFloorArgs
 
 WORKLOAD_NAMESPACE = "gpuburst"
@@ -80,7 +82,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                  network: ExistingNetwork | None = None, namespace: str = WORKLOAD_NAMESPACE,
                  create_namespace: bool = True, s3_vpc_endpoint_ids: Sequence[pulumi.Input[str]] | None = None,
                  break_glass_role_arns: Sequence[str] | None = None, keda_extra_watch_namespaces: Sequence[str] = (),
-                 control_plane_log_retention_days: int = 90) -> None:
+                 control_plane_log_retention_days: int = 90,
+                 verify_image: pulumi.Input[str] | None = None) -> None:
         """`network`: an existing VPC, its subnets and CIDR for the cluster (default None: the platform creates a
         WorkloadNetwork from `config.vpc_cidr`: GPU subnets with no route out, VPC endpoints).
         `namespace`: the workloads' namespace (default `gpuburst`); `create_namespace` False when it exists already
@@ -89,7 +92,10 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         `break_glass_role_arns` (`SlideStorageArgs`). Default None: the platform's own network's S3 endpoints
         (interface and gateway), none with an existing `network`. KEDA watches only
         `namespace` and `keda_extra_watch_namespaces` (another team's namespaces with ScaledJobs; default none).
-        `control_plane_log_retention_days`: retention of the EKS control-plane log group (default 90)."""
+        `control_plane_log_retention_days`: retention of the EKS control-plane log group (default 90).
+        `verify_image`: an image with gpuburst installed, pinned by digest: the platform then declares a
+        VerifyRunner (verify's RBAC and IAM, and a hook Job per set of guarded versions). Default None: none (the
+        worker image ships worker/ only and cannot run verify)."""
         choices = choose_patterns(config)  # before super().__init__: a refusal registers nothing
         if network is not None and not isinstance(network, ExistingNetwork):
             raise ConfigError("GpuBurstPlatform network", network, "an ExistingNetwork(vpc_id, private_subnet_ids)")
@@ -248,6 +254,30 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             else:
                 self.workloads[w.name] = GpuConsumer(f"{w.name}", GpuConsumerArgs(facts=workload_facts(w), **common),
                                                      opts=workload_opts)
+
+        # verify as code: the rights `python -m gpuburst verify` needs, and a hook Job that runs it again whenever a
+        # version it guards changes (components/verify_runner.py).
+        self.verify_runner: VerifyRunner | None = None
+        if verify_image is not None:
+            self.verify_runner = VerifyRunner(f"{name}-verify", VerifyRunnerArgs(
+                image=verify_image, cluster_name=prefix, region=config.region, namespace=namespace,
+                nodepool=self.nodepool.nodepool_name, worker_image=self.image.image_ref,
+                queue_urls=[q.queue_url for q in self.queues.values()],
+                queue_arns=[q.queue_arn for q in self.queues.values()],
+                results_bucket=self.storage.results_bucket_name, results_bucket_arn=self.storage.results_bucket_arn,
+                results_prefix=self.storage.results_prefix, kms_key_arn=data_key_arn, role_path=worker_role_path,
+                egress_cidrs=(vpc_cidr,),
+                inspected_role_arns=[*(wl.role_arn for wl in self.workloads.values()),
+                                     *(wl.scaler.role_arn for wl in self.workloads.values()
+                                       if isinstance(wl, GpuScaledJob) and wl.scaler.role_arn is not None),
+                                     self.keda.operator_role_arn],
+                guarded_versions={"kubernetes": config.kubernetes_version, "karpenter": config.karpenter_version,
+                                  "keda": config.keda_version,
+                                  "nvidia-device-plugin": CHARTS["nvidia-device-plugin"].version,
+                                  "ami-alias": config.ami_alias},
+                depends_on=[*namespace_dependency, self.default_deny, self.karpenter.chart, self.keda.chart,
+                            self.device_plugin.chart, self.nodepool.resource, *self.workloads.values()]),
+                opts=in_cluster)
 
         self.cluster_name = prefix
         self.kubeconfig_json = self.cluster.kubeconfig_json

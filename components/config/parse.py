@@ -14,6 +14,7 @@ from .. import catalogue
 from ..catalogue.network import PRIVATE_IPV4_RANGES
 from ..planning.chooser import require_pattern
 from ..spec.validation import ConfigError, Rule, is_cdi_feature_flag, is_int_between, validate
+from ..spec.worker_pod import image_digest_problem
 from .stack import BURST_BUDGET_MAX_S, NAMESPACE, WARM_GPUS_MAX, BurstBudget, StackConfig, WarmGpus, WorkloadConfig
 
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
@@ -157,6 +158,7 @@ _KEYS: dict[str, str] = {
     "fastImagePull": "fast_image_pull",
     "warmGpus": "warm_gpus",
     "burstBudget": "burst_budget",
+    "verifyImage": "verify_image",
 }
 
 
@@ -248,6 +250,9 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
         Rule("gpuInstanceStorePolicy", lambda v: v in ("RAID0", "none"),
              "RAID0 (local NVMe for kubelet and containerd) or none (the root volume)"),
         Rule("fastImagePull", lambda v: isinstance(v, bool), "true or false (nodeadm's FastImagePull feature gate)"),
+        Rule("verifyImage", lambda v: isinstance(v, str) and image_digest_problem(v) is None,
+             "an image with gpuburst installed, pinned by digest: <registry>/<repository>@sha256:<64 hex> (the "
+             "VerifyRunner's hook Job runs `python -m gpuburst verify` in it)"),
     ]
 
 

@@ -181,6 +181,10 @@ class StackConfig:
     """A warm GPU floor (placeholder pods kept up on a cron schedule). Default: None (the GPU pool scales to zero)."""
     burst_budget: BurstBudget | None = None
     """The time budget of `verify --check burst`. Default: None (verify uses the planner's cold prediction x 1.5)."""
+    verify_image: str | None = None
+    """An image with gpuburst installed (`python -m gpuburst verify`), pinned by digest: the VerifyRunner's hook Job
+    (verify after every `pulumi up` that changes a guarded version) runs in it. The worker image ships worker/ only,
+    so it cannot. Default: None (no VerifyRunner)."""
 
     @property
     def name_prefix(self) -> str:

@@ -172,3 +172,67 @@ class Aws:
     def delete_object(self, bucket: str, key: str) -> None:
         """s3:DeleteObject."""
         _wrap("s3:DeleteObject", f"s3://{bucket}/{key}", self._client("s3").delete_object, Bucket=bucket, Key=key)
+
+    # -- IAM (reads only: the scaler-iam check evaluates a role's policies itself) -------------------------------
+    def get_role(self, role_name: str) -> dict:
+        """iam:GetRole: the `Role` dict (Arn, AssumeRolePolicyDocument as a dict, PermissionsBoundary, ...)."""
+        out = _wrap("iam:GetRole", role_name, self._client("iam").get_role, RoleName=role_name)
+        role = dict(out.get("Role") or {})
+        role["AssumeRolePolicyDocument"] = policy_json(role.get("AssumeRolePolicyDocument"))
+        return role
+
+    def managed_policy_document(self, policy_arn: str) -> dict:
+        """iam:GetPolicy + iam:GetPolicyVersion: the default version's document of a managed policy."""
+        iam = self._client("iam")
+        version = _wrap("iam:GetPolicy", policy_arn, iam.get_policy, PolicyArn=policy_arn)["Policy"]["DefaultVersionId"]
+        out = _wrap("iam:GetPolicyVersion", policy_arn, iam.get_policy_version, PolicyArn=policy_arn,
+                    VersionId=version)
+        return policy_json(out["PolicyVersion"].get("Document"))
+
+    def role_policy_documents(self, role_name: str) -> list[tuple[str, dict]]:
+        """(where, document) of every identity policy of a role: its inline policies (iam:ListRolePolicies,
+        iam:GetRolePolicy) and its attached managed policies (iam:ListAttachedRolePolicies, the default version)."""
+        iam = self._client("iam")
+        docs: list[tuple[str, dict]] = []
+        names = _wrap("iam:ListRolePolicies", role_name, iam.list_role_policies, RoleName=role_name)
+        for n in names.get("PolicyNames") or []:
+            out = _wrap("iam:GetRolePolicy", f"{role_name}/{n}", iam.get_role_policy, RoleName=role_name,
+                        PolicyName=n)
+            docs.append((f"inline policy {n}", policy_json(out.get("PolicyDocument"))))
+        attached = _wrap("iam:ListAttachedRolePolicies", role_name, iam.list_attached_role_policies,
+                         RoleName=role_name)
+        for p in attached.get("AttachedPolicies") or []:
+            docs.append((f"managed policy {p['PolicyArn']}", self.managed_policy_document(p["PolicyArn"])))
+        return docs
+
+    # -- EKS Pod Identity --------------------------------------------------------------------------------------
+    def pod_identity_role(self, cluster: str, namespace: str, service_account: str) -> str | None:
+        """The roleArn of the Pod Identity association of `namespace/service_account` (eks:ListPodIdentityAssociations
+        + eks:DescribePodIdentityAssociation), or None when it has none."""
+        eks = self._client("eks")
+        who = f"{cluster}:{namespace}/{service_account}"
+        out = _wrap("eks:ListPodIdentityAssociations", who, eks.list_pod_identity_associations, clusterName=cluster,
+                    namespace=namespace, serviceAccount=service_account)
+        for a in out.get("associations") or []:
+            d = _wrap("eks:DescribePodIdentityAssociation", who, eks.describe_pod_identity_association,
+                      clusterName=cluster, associationId=a["associationId"])
+            arn = (d.get("association") or {}).get("roleArn")
+            if arn:
+                return str(arn)
+        return None
+
+
+def policy_json(doc: Any) -> dict:
+    """An IAM policy document as a dict (boto3 decodes them; a URL-encoded JSON string is decoded here)."""
+    if isinstance(doc, dict):
+        return doc
+    if not doc:
+        return {}
+    import json
+    from urllib.parse import unquote
+
+    text = str(doc)
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(unquote(text))

@@ -9,7 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import ami_canary, burst, gpu, gpujob, hardware, iam, karpenter_health, keda, versions
+from . import (
+    ami_canary,
+    burst,
+    gpu,
+    gpujob,
+    hardware,
+    iam,
+    identity_probe,
+    karpenter_health,
+    keda,
+    scaler_iam,
+    versions,
+)
 from .context import Context, one_line
 from .model import ERROR, SKIPPED, CheckResult
 
@@ -44,8 +56,17 @@ CHECKS: tuple[Check, ...] = (
     Check(karpenter_health.NAME, "the Karpenter controller logged no ERROR line since it started (errors grouped by "
                                  "controller and error, naming the EC2NodeClass/NodePool they are about), and no "
                                  "NodeClaim is stuck before Initialized", karpenter_health.run),
-    Check(iam.NAME, "the worker's own IAM role can write, read back (and remove) an object under the results "
-                    "prefix and read its queue's attributes", iam.run, needs_kube=False),
+    Check(iam.NAME, "the worker's own IAM role's policy (verify assumes the role) lets it write, read back (and "
+                    "remove) an object under the results prefix and read its queue's attributes", iam.run,
+          needs_kube=False),
+    Check(identity_probe.NAME, "a probe Job running as each live ScaledJob's / worker Deployment's own "
+                               "ServiceAccount, in its namespace, with its image, gets Pod Identity credentials that "
+                               "may write and read back an object under the results prefix and read its queue's "
+                               "attributes (the wiring, not only the policy); the Job is always deleted",
+          identity_probe.run),
+    Check(scaler_iam.NAME, "every TriggerAuthentication's podIdentity.roleArn (the KEDA scaler role) may "
+                           "sqs:GetQueueAttributes on its ScaledJobs' queues (its IAM policies, evaluated) and "
+                           "trusts the KEDA operator's role", scaler_iam.run),
     Check(keda.NAME, "the KEDA operator's version is accepted; every TriggerAuthentication validates against the "
                      "CRD schema served by the cluster and uses no refused provider; every ScaledJob is Ready with no "
                      "recent Warning events or operator errors, and no trigger identityOwner contradicts its "

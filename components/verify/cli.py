@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "namespace, else gpuburst)")
     src.add_argument("--cluster-name", help="EKS cluster name: the versions check reads its version and upgrade "
                                             "policy with eks:DescribeCluster (default: the stack's clusterName)")
+    src.add_argument("--keda-operator-role-arn", help="the KEDA operator's IAM role: scaler-iam checks every scaler "
+                                                      "role trusts it (default: its Pod Identity association's "
+                                                      "roleArn, read with --cluster-name)")
     src.add_argument("--region", help="AWS region (default: from the queue URL, else AWS_REGION)")
     src.add_argument("--slides-bucket", help="bucket the burst check uploads its probe slides to (default: the "
                                              "stack's slidesBucket)")
@@ -250,7 +253,7 @@ def settings_from(args: argparse.Namespace, outputs: dict[str, Any], tmpdir: str
         workloads=workloads, results_bucket=pick(args.results_bucket, "results_bucket"),
         results_prefix=pick(args.results_prefix, "results_prefix", "results/"),
         worker_image=pick(args.worker_image, "worker_image"), region=args.region,
-        cluster_name=pick(args.cluster_name, "cluster_name"),
+        cluster_name=pick(args.cluster_name, "cluster_name"), keda_operator_role_arn=args.keda_operator_role_arn,
         grace_s=args.grace_s, timeout_s=args.timeout_s, probe_extra_s=args.probe_margin_s,
         poll_interval_s=args.poll_interval_s, connect_timeout_s=args.connect_timeout_s, skip=tuple(skip),
         strict=args.strict, lock_wait_s=args.lock_wait_s,

@@ -67,7 +67,8 @@ def judge_worker_iam(steps_by_workload: dict[str, list[Step]]) -> CheckResult:
         return CheckResult(NAME, FAIL, failures[0] + more, failures + evidence)
     n = sum(len(v) for v in steps_by_workload.values())
     return CheckResult(NAME, PASS, f"worker role(s) of {len(steps_by_workload)} workload(s) passed "
-                                   f"{n} S3/SQS call(s)", evidence)
+                                   f"{n} S3/SQS call(s) (the role's policy, as verify assumed it; workload-identity "
+                                   "proves the Pod Identity wiring)", evidence)
 
 
 def exercise(workload: Workload, bucket: str | None, prefix: str, base, *, in_pod: bool) -> list[Step]:

@@ -108,6 +108,9 @@ class VerifySettings:
     """EKS cluster name (the stack's `clusterName`, `--cluster-name`): the versions check reads its version, platform
     version and `upgradePolicy.supportType` with eks:DescribeCluster; None = not read (the support rule then assumes
     the stack's default upgrade policy). Default None."""
+    keda_operator_role_arn: str | None = None
+    """The KEDA operator's IAM role (`--keda-operator-role-arn`): scaler-iam checks each scaler role trusts it; None =
+    the roleArn of the operator ServiceAccount's Pod Identity association (with a cluster name). Default None."""
     grace_s: float = 300.0
     """Seconds a GPU node may exist before `nvidia.com/gpu` must be allocatable (driver + device plugin start).
     Default 300."""

@@ -8,8 +8,9 @@ from components.verify.model import CheckResult, VerifySettings
 
 
 def test_names_and_order():
-    assert [c.name for c in CHECKS] == ["ami-canary", "versions", "karpenter-health", "worker-iam", "keda",
-                                        "gpu-job", "gpu-allocatable", "hardware-ami", "burst"]
+    assert [c.name for c in CHECKS] == ["ami-canary", "versions", "karpenter-health", "worker-iam",
+                                        "workload-identity", "scaler-iam", "keda", "gpu-job", "gpu-allocatable",
+                                        "hardware-ami", "burst"]
     # burst costs GPU time and sends real work: it runs only when named
     assert [c.name for c in CHECKS if c.opt_in] == ["burst"]
     assert [c.name for c in checks.selected()] == [c.name for c in CHECKS if c.name != "burst"]

@@ -18,6 +18,8 @@ from verify_fakes import (
     FakeApiServer,
     FakeClock,
     FakeKube,
+    finish_job,
+    identity_probe_log,
     items,
     load,
     load_crd,
@@ -169,11 +171,14 @@ def test_cluster_name_from_the_flag_or_the_stack_output(tmp_path, argv, outputs,
 
 @pytest.mark.parametrize("argv,message", [
     (["--skip", "gpu"], "verify: --skip 'gpu' is not a check (checks: ami-canary, versions, karpenter-health, "
-                        "worker-iam, keda, gpu-job, gpu-allocatable, hardware-ami, burst)"),
+                        "worker-iam, workload-identity, scaler-iam, keda, gpu-job, gpu-allocatable, hardware-ami, "
+                        "burst)"),
     (["--check", "nope"], "verify: --check 'nope' is not a check (checks: ami-canary, versions, karpenter-health, "
-                          "worker-iam, keda, gpu-job, gpu-allocatable, hardware-ami, burst)"),
+                          "worker-iam, workload-identity, scaler-iam, keda, gpu-job, gpu-allocatable, hardware-ami, "
+                        "burst)"),
     (["--check", "keda,nope"], "verify: --check 'nope' is not a check (checks: ami-canary, versions, "
-                               "karpenter-health, worker-iam, keda, gpu-job, gpu-allocatable, hardware-ami, burst)"),
+                               "karpenter-health, worker-iam, workload-identity, scaler-iam, keda, gpu-job, "
+                               "gpu-allocatable, hardware-ami, burst)"),
     (["--check", "burst", "--burst-probes", "0"], "verify: --burst-probes 0 is not valid: an integer from 1 to 50"),
     (["--burst-last-result-s", "-1"], "verify: --burst-last-result-s -1 is not valid: seconds > 0"),
     (["--queue-url", "a", "--queue-url", "b", "--queue-url", "c", "--worker-role-arn", "x", "--worker-role-arn", "y"],
@@ -192,14 +197,15 @@ def test_aws_only_run_needs_no_cluster(aws, monkeypatch):
     boto3.client("s3").create_bucket(Bucket="gpuburst-dev-results")
     url = boto3.client("sqs").create_queue(QueueName="gpuburst-dev-slides")["QueueUrl"]
     out = io.StringIO()
-    rc = cli.main(["--skip", "ami-canary,versions,karpenter-health,keda,gpu-job,gpu-allocatable,hardware-ami",
+    rc = cli.main(["--skip", "ami-canary,versions,karpenter-health,workload-identity,scaler-iam,keda,gpu-job,"
+                           "gpu-allocatable,hardware-ami",
                    "--queue-url", url,
                    "--worker-role-arn", ROLE, "--results-bucket", "gpuburst-dev-results", "--json"], stdout=out)
     assert rc == 0, out.getvalue()
     results = json.loads(out.getvalue())["results"]
     assert [(r["name"], r["status"]) for r in results] == [
         ("ami-canary", "skipped"), ("versions", "skipped"), ("karpenter-health", "skipped"), ("worker-iam", "pass"),
-        ("keda", "skipped"), ("gpu-job", "skipped"),
+        ("workload-identity", "skipped"), ("scaler-iam", "skipped"), ("keda", "skipped"), ("gpu-job", "skipped"),
         ("gpu-allocatable", "skipped"), ("hardware-ami", "skipped")]
 
 
@@ -237,6 +243,9 @@ def _cluster(upstream_crds, queue_url: str, instance_ids: list[str], *, trap: bo
                 "status": {"active": 1}})
 
     def gpu_job_runs(k, ns, name):
+        if name.startswith("gpuburst-verify-id-"):  # the workload-identity probe: every call allowed
+            finish_job(k, name, identity_probe_log())
+            return
         job = next((j for j in k.jobs if j["metadata"]["name"] == name), None)
         if job is None or job.get("status", {}).get("conditions") or trap:
             return
@@ -263,6 +272,14 @@ def _aws_world() -> tuple[str, list[str]]:
     boto3.client("eks").create_cluster(name=CLUSTER, version=catalogue.KUBERNETES_VERSION,
                                        roleArn="arn:aws:iam::123456789012:role/gpuburst-dev-cluster",
                                        resourcesVpcConfig={"subnetIds": []})
+    # the TriggerAuthentication's roleArn (scaler-iam reads its policies)
+    scaler, QUEUE = "gpuburst-dev-slides-scaler", "gpuburst-dev-slides"
+    boto3.client("iam").create_role(RoleName=scaler, AssumeRolePolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {
+            "AWS": "arn:aws:iam::123456789012:role/keda-operator"}}]}))
+    boto3.client("iam").put_role_policy(RoleName=scaler, PolicyName="queue-metrics", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sqs:GetQueueAttributes",
+                                                "Resource": f"arn:aws:sqs:us-east-1:123456789012:{QUEUE}"}]}))
     return url, ids
 
 
@@ -289,6 +306,8 @@ def test_end_to_end_healthy_cluster_passes_every_check(aws, upstream_crds, tmp_p
     assert kube.jobs == [] or all(j["metadata"]["name"] != kube.created[0]["metadata"]["name"] for j in kube.jobs)
     assert any(r.startswith("DELETE /apis/batch/v1/namespaces/gpuburst/jobs/gpuburst-verify-gpu-")
                for r in server.requests)
+    assert any(r.startswith("DELETE /apis/batch/v1/namespaces/gpuburst/jobs/gpuburst-verify-id-")
+               for r in server.requests)
 
 
 def test_end_to_end_green_statuses_but_no_gpu_fails_and_exits_1(aws, upstream_crds, tmp_path):
@@ -302,7 +321,8 @@ def test_end_to_end_green_statuses_but_no_gpu_fails_and_exits_1(aws, upstream_cr
     rows = {line.split()[0]: line.split()[1] for line in text.splitlines()
             if line and not line.startswith((" ", "CHECK", "verify:"))}
     assert rows == {"ami-canary": "FAIL", "versions": "pass", "karpenter-health": "FAIL", "worker-iam": "pass",
-                    "keda": "FAIL", "gpu-job": "FAIL", "gpu-allocatable": "FAIL", "hardware-ami": "pass"}, text
+                    "workload-identity": "pass", "scaler-iam": "pass", "keda": "FAIL", "gpu-job": "FAIL",
+                    "gpu-allocatable": "FAIL", "hardware-ami": "pass"}, text
     assert "nvidia.com/gpu not allocatable on 1 of 1 node(s) of NodePool gpu: ip-10-0-12-34.ec2.internal " \
            "(g5.xlarge, up" in text
     assert "while the NodePool reports Ready=True" in text

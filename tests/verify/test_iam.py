@@ -33,6 +33,8 @@ def test_worker_role_can_write_read_and_query_its_queue(aws, monkeypatch):
     r = iam.run(_ctx(workloads=[Workload("slides", url, ROLE)], results_bucket="gpuburst-dev-results",
                      results_prefix="results/"))
     assert r.status == "pass", r
+    assert r.summary.endswith("passed 5 S3/SQS call(s) (the role's policy, as verify assumed it; workload-identity "
+                              "proves the Pod Identity wiring)")
     text = "\n".join(r.evidence)
     for action in ("sts:AssumeRole", "sqs:GetQueueAttributes", "s3:PutObject", "s3:GetObject", "s3:DeleteObject"):
         assert f"{action} on" in text
@@ -99,3 +101,159 @@ def test_denied_delete_is_reported_not_failed_and_access_denied_put_fails():
                                         ("", "gpuburst-verify/u.txt")])
 def test_probe_key(prefix, key):
     assert iam.probe_key(prefix, "u") == key
+
+
+# --- scaler-iam: the TriggerAuthentication's roleArn, its policies and trust, read from moto IAM ------------------
+
+SCALER = "arn:aws:iam::123456789012:role/keda-scalers/gpuburst-dev-slides-scaler"
+OPERATOR = "arn:aws:iam::123456789012:role/gpuburst-dev-keda-operator"
+QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:gpuburst-dev-slides"
+
+
+def _doc(*statements):
+    return json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
+def _iam_world(*, scaler_allows=("sqs:GetQueueAttributes",), queue_arn=QUEUE_ARN, trusted=OPERATOR,
+               operator_may_assume=True, extra=()):
+    iam_client = boto3.client("iam")
+    iam_client.create_role(RoleName="gpuburst-dev-keda-operator", AssumeRolePolicyDocument=_doc(
+        {"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+         "Action": ["sts:AssumeRole", "sts:TagSession"]}))
+    if operator_may_assume:  # components/keda.py operator_assume_policy: the scaler role path, wildcarded
+        iam_client.put_role_policy(RoleName="gpuburst-dev-keda-operator", PolicyName="assume-scalers",
+                                   PolicyDocument=_doc({"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                        "Resource": "arn:aws:iam::123456789012:role/keda-scalers/*"}))
+    iam_client.create_role(RoleName="gpuburst-dev-slides-scaler", Path="/keda-scalers/",
+                           AssumeRolePolicyDocument=_doc({"Effect": "Allow", "Principal": {"AWS": trusted},
+                                                          "Action": "sts:AssumeRole"}))
+    if scaler_allows:
+        iam_client.put_role_policy(RoleName="gpuburst-dev-slides-scaler", PolicyName="queue-metrics",
+                                   PolicyDocument=_doc({"Sid": "QueueMetrics", "Effect": "Allow",
+                                                        "Action": list(scaler_allows), "Resource": queue_arn},
+                                                       *extra))
+
+
+def _keda_cluster():
+    from verify_fakes import FakeKube, load
+
+    ta = load("triggerauthentication_aws.json")
+    ta["spec"]["podIdentity"]["roleArn"] = SCALER
+    return FakeKube(tas=[ta], scaled_jobs=[load("scaledjob_ready.json")], deployments=[load(
+        "deployment_keda_2.20.2.json")])
+
+
+def _scaler_ctx(kube, **kw):
+    kw.setdefault("keda_operator_role_arn", OPERATOR)
+    return Context(settings=VerifySettings(namespace="gpuburst", **kw), kube=kube,
+                   aws_factory=lambda region: Aws(region or "us-east-1"))
+
+
+def test_scaler_role_that_may_read_the_queue_and_trusts_the_operator_passes(aws):
+    from components.verify import scaler_iam
+
+    _iam_world()
+    r = scaler_iam.run(_scaler_ctx(_keda_cluster()))
+    assert r.status == "pass", r
+    assert r.summary == ("1 scaler role(s) may sqs:GetQueueAttributes on their queues and trust the KEDA operator's "
+                         "role")
+    text = "\n".join(r.evidence)
+    assert f"sqs:GetQueueAttributes on {QUEUE_ARN}: allowed by inline policy queue-metrics statement QueueMetrics" \
+           in text
+    assert f"trust for the operator role {OPERATOR}: yes" in text
+
+
+@pytest.mark.parametrize("world,expected", [
+    (dict(scaler_allows=("sqs:ReceiveMessage",)),
+     f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} may not sqs:GetQueueAttributes on {QUEUE_ARN} "
+     "(implicit; used by ScaledJob gpuburst/slides)"),
+    (dict(scaler_allows=()),
+     f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} may not sqs:GetQueueAttributes on {QUEUE_ARN} "
+     "(implicit; used by ScaledJob gpuburst/slides)"),
+    (dict(queue_arn="arn:aws:sqs:us-east-1:123456789012:gpuburst-dev-other"),
+     f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} may not sqs:GetQueueAttributes on {QUEUE_ARN}"),
+    (dict(scaler_allows=("sqs:*",), extra=({"Effect": "Deny", "Action": "sqs:Get*", "Resource": "*"},)),
+     f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} may not sqs:GetQueueAttributes on {QUEUE_ARN} "
+     "(denied;"),
+    (dict(trusted="arn:aws:iam::123456789012:role/someone-else"),
+     f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} does not trust the KEDA operator's role {OPERATOR}: "
+     "no statement allows it"),
+    (dict(operator_may_assume=False),
+     f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER}: the KEDA operator's role {OPERATOR} may not "
+     "sts:AssumeRole it (implicit)"),
+])
+def test_scaler_role_defects_fail_naming_the_trigger_authentication_and_role(aws, world, expected):
+    from components.verify import scaler_iam
+
+    _iam_world(**world)
+    r = scaler_iam.run(_scaler_ctx(_keda_cluster()))
+    assert r.status == "fail", r
+    assert r.summary.startswith(expected), r.summary
+
+
+def test_a_managed_policy_and_the_permissions_boundary_count(aws):
+    from components.verify import scaler_iam
+
+    _iam_world(scaler_allows=())
+    iam_client = boto3.client("iam")
+    arn = iam_client.create_policy(PolicyName="queue-metrics", PolicyDocument=_doc(
+        {"Effect": "Allow", "Action": "sqs:GetQueueAttributes", "Resource": "arn:aws:sqs:*:123456789012:gpuburst-*"}
+    ))["Policy"]["Arn"]
+    iam_client.attach_role_policy(RoleName="gpuburst-dev-slides-scaler", PolicyArn=arn)
+    assert scaler_iam.run(_scaler_ctx(_keda_cluster())).status == "pass"
+    boundary = iam_client.create_policy(PolicyName="boundary", PolicyDocument=_doc(
+        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}))["Policy"]["Arn"]
+    iam_client.put_role_permissions_boundary(RoleName="gpuburst-dev-slides-scaler", PermissionsBoundary=boundary)
+    r = scaler_iam.run(_scaler_ctx(_keda_cluster()))
+    assert r.status == "fail" and f"(implicit by its permissions boundary {boundary};" in r.summary
+
+
+def test_a_scaler_role_that_cannot_be_read_is_error(aws):
+    from components.verify import scaler_iam
+
+    r = scaler_iam.run(_scaler_ctx(_keda_cluster()))  # no roles at all in IAM
+    assert r.status == "error"
+    assert r.summary.startswith(f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER}: could not be read: "
+                                "AwsError: iam:ListRolePolicies on gpuburst-dev-slides-scaler: NoSuchEntity")
+
+
+def test_without_the_operator_role_the_trust_is_not_judged_and_said_so(aws):
+    from components.verify import scaler_iam
+
+    _iam_world(trusted="arn:aws:iam::123456789012:role/someone-else")
+    r = scaler_iam.run(_scaler_ctx(_keda_cluster(), keda_operator_role_arn=None))
+    assert r.status == "pass"
+    assert r.summary.endswith("; trust not judged: no cluster name (--cluster-name or --stack) to read the "
+                              "operator's Pod Identity association")
+
+
+def test_the_operator_role_from_its_pod_identity_association(aws):
+    """moto has no Pod Identity associations: the EKS calls are stubbed (botocore Stubber), the IAM reads are moto."""
+    from botocore.stub import Stubber
+
+    from components.verify import scaler_iam
+
+    _iam_world(trusted="arn:aws:iam::123456789012:role/someone-else")
+    ctx = _scaler_ctx(_keda_cluster(), keda_operator_role_arn=None, cluster_name="gpuburst-dev")
+    eks = ctx.aws()._client("eks")
+    with Stubber(eks) as stub:
+        stub.add_response("list_pod_identity_associations", {"associations": [{"associationId": "a-1"}]},
+                          {"clusterName": "gpuburst-dev", "namespace": "keda", "serviceAccount": "keda-operator"})
+        stub.add_response("describe_pod_identity_association", {"association": {"roleArn": OPERATOR}},
+                          {"clusterName": "gpuburst-dev", "associationId": "a-1"})
+        r = scaler_iam.run(ctx)
+    assert r.status == "fail" and f"does not trust the KEDA operator's role {OPERATOR}" in r.summary
+    assert f"KEDA operator role: {OPERATOR} (from the Pod Identity association of keda/keda-operator in cluster " \
+           "gpuburst-dev)" in r.evidence
+
+
+@pytest.mark.parametrize("principal,ok", [
+    ({"AWS": OPERATOR}, True), ({"AWS": [OPERATOR, "x"]}, True), ({"AWS": "arn:aws:iam::123456789012:root"}, True),
+    ({"AWS": "arn:aws:iam::999999999999:root"}, False), ({"Service": "pods.eks.amazonaws.com"}, False),
+])
+def test_trust_evaluation(principal, ok):
+    from components.verify import scaler_iam
+
+    trusted, _ = scaler_iam.trusts({"Statement": [{"Effect": "Allow", "Principal": principal,
+                                                   "Action": "sts:AssumeRole"}]}, OPERATOR)
+    assert trusted is ok

@@ -438,3 +438,41 @@ def write_kubeconfig(folder: Path, server: str) -> Path:
         "users": [{"name": "test", "user": {"token": "not-a-real-token"}}],
     }))
     return path
+
+
+def identity_probe_log(*, denied: dict[str, str] | None = None,
+                       identity: str = "arn:aws:sts::123456789012:assumed-role/gpuburst-dev-slides-worker/eks-pod",
+                       done: bool = True) -> str:
+    """What the workload-identity probe script prints: one JSON line per call (`denied` maps a call to the error code
+    it gets), the identity it ran as, and its end marker."""
+    denied = denied or {}
+    lines = []
+    for call, resource in (("sts:GetCallerIdentity", ""), ("s3:PutObject", "s3://gpuburst-dev-results/results/k"),
+                           ("s3:GetObject", "s3://gpuburst-dev-results/results/k"),
+                           ("s3:DeleteObject", "s3://gpuburst-dev-results/results/k"),
+                           ("sqs:GetQueueAttributes", "https://sqs.us-east-1.amazonaws.com/123456789012/q")):
+        line: dict[str, Any] = {"call": call, "resource": resource, "ok": call not in denied}
+        if call in denied:
+            line.update(code=denied[call], message=f"User is not authorized to perform {call}")
+        lines.append(json.dumps(line))
+        if call == "sts:GetCallerIdentity" and call not in denied:
+            lines.append(json.dumps({"identity": identity}))
+    if done:
+        lines.append(json.dumps({"done": True}))
+    return "\n".join(lines) + "\n"
+
+
+def finish_job(kube: FakeKube, name: str, log: str, *, succeeded: bool = True) -> None:
+    """Play the cluster for a verify Job `name`: mark it Complete (or Failed), add its pod and the pod's log."""
+    job = next((j for j in kube.jobs if j["metadata"]["name"] == name), None)
+    if job is None or (job.get("status") or {}).get("conditions"):
+        return
+    kind = "Complete" if succeeded else "Failed"
+    job["status"] = {"conditions": [{"type": kind, "status": "True"}], "succeeded" if succeeded else "failed": 1}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name + "-p0d", "namespace": job["metadata"]["namespace"],
+                        "labels": {"job-name": name}},
+           "spec": copy.deepcopy(job["spec"]["template"]["spec"]) | {"nodeName": "ip-10-0-1-10.ec2.internal"},
+           "status": {"phase": "Succeeded" if succeeded else "Failed"}}
+    kube.pods.append(pod)
+    kube.logs[name + "-p0d"] = log

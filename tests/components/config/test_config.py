@@ -87,6 +87,7 @@ def test_duplicate_spelling_of_one_type_refused():
     ("vpcCidr", "52.0.0.0/16", "52.0.0.0/16"),
     ("alarmEmails", json.dumps(["not-an-address"]), "not-an-address"),
     ("environment", "Prod_1", "Prod_1"),
+    ("verifyImage", "gpuburst-verify:latest", "gpuburst-verify:latest"),
 ])
 def test_bad_values_name_key_and_value(key, value, needle):
     with pytest.raises(ConfigError) as e:
@@ -397,3 +398,10 @@ def test_a_scaledjob_for_work_that_cannot_run_in_parallel_is_refused_in_the_stac
     assert text.startswith("gpuburst:workloads.studies.pattern: 'scaledjob' is not valid: "
                            f"gpuburst:workloads.studies.{key} is "), text
     assert "WorkloadFacts" not in text and "set pattern: consumer" in text
+
+
+def test_verify_image_is_optional_and_pinned_by_digest():
+    assert StackConfig().verify_image is None and parse_config(MINIMAL).verify_image is None
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-verify@sha256:" + "f" * 64
+    assert parse_config({**MINIMAL, "gpuburst:verifyImage": image}).verify_image == image
+    assert "gpuburst:verifyImage" not in stack_file("prod"), "no invented image reference in the prod stack"

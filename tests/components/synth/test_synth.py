@@ -423,3 +423,34 @@ def test_the_stack_says_how_to_fill_the_mirror_the_gpu_nodes_pull_from(dev):
     assert f"crane copy nvcr.io/nvidia/k8s-device-plugin:{image['tag']} {image['repository']}:{image['tag']}" \
         in commands
     assert any(c.startswith("crane copy registry.k8s.io/pause:") for c in commands)
+
+
+def test_the_dev_plan_holds_the_verify_runner_with_its_table_and_hook_job(dev):
+    from components.catalogue import CHARTS
+    from components.verify_runner import RBAC_RULES, RUNNER_NAME, guarded_versions_hash
+
+    plan = dev["plan"]
+    (runner,) = of_type(plan, "gpuburst:index:VerifyRunner")
+    children = [r for r in plan["resources"] if r["parent"] == runner["urn"]]
+    (cluster_role,) = [r for r in children if r["type"] == "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"]
+    assert len(cluster_role["properties"]["rules"]) == sum(r.scope == "cluster" for r in RBAC_RULES)
+    roles = [r for r in children if r["type"] == "kubernetes:rbac.authorization.k8s.io/v1:Role"]
+    assert {r["properties"]["metadata"]["namespace"] for r in roles} == {
+        dev["plan"]["outputs"]["namespace"], CHARTS["keda"].namespace, CHARTS["karpenter"].namespace}
+    (job,) = [r for r in children if r["type"] == "kubernetes:batch/v1:Job"]
+    stack = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
+    versions = {"kubernetes": catalogue.KUBERNETES_VERSION, "karpenter": catalogue.KARPENTER_VERSION,
+                "keda": catalogue.KEDA_VERSION, "nvidia-device-plugin": CHARTS["nvidia-device-plugin"].version,
+                "ami-alias": stack["gpuburst:amiAlias"]}
+    assert job["properties"]["metadata"]["name"] == f"{RUNNER_NAME}-{guarded_versions_hash(versions)}" \
+        == plan["outputs"]["verifyJobName"]
+    (container,) = job["properties"]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == stack["gpuburst:verifyImage"]
+    assert container["command"][:7] == ["python", "-m", "gpuburst", "verify", "--json", "-", "--strict"]
+    assert container["command"][container["command"].index("--image") + 1] == plan["outputs"]["imageRef"]
+    (netpol,) = [r for r in children if r["type"] == "kubernetes:networking.k8s.io/v1:NetworkPolicy"]
+    cidrs = [p["ipBlock"]["cidr"] for rule in netpol["properties"]["spec"]["egress"] for p in rule["to"]
+             if "ipBlock" in p]
+    assert stack["gpuburst:vpcCidr"] in cidrs and "0.0.0.0/0" not in cidrs
+    assert any(r["type"] == "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+               and r["properties"]["serviceAccount"] == RUNNER_NAME for r in plan["resources"])
