@@ -34,6 +34,7 @@ from .model import (
     Workload,
     apply_strict,
     exit_status,
+    parse_time,
 )
 from .report import document, render_table, write_json
 
@@ -60,6 +61,14 @@ STACK_OUTPUTS = {
 
 class UsageError(Exception):
     """verify cannot run with what it was given: one line."""
+
+
+def _since(text: str):
+    """`--since`: an ISO 8601 time with a zone (a naive time would be read in the runner's zone, silently)."""
+    when = parse_time(text)
+    if when is None or when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"--since {text!r}: an ISO 8601 time with a zone, e.g. 2026-12-01T10:00:00Z")
+    return when
 
 
 def _epilog() -> str:
@@ -135,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="do not take the gpuburst-verify Lease (for an identity without RBAC on leases)")
     how.add_argument("--grace-s", type=float, default=300.0,
                      help="seconds a GPU node may take to advertise nvidia.com/gpu (default: 300)")
+    how.add_argument("--since", type=_since, default=None,
+                     help="count Karpenter's controller ERROR lines from this time (ISO 8601 with a zone, e.g. "
+                          "2026-12-01T10:00:00Z; default: each controller container's start)")
     how.add_argument("--timeout-s", type=float, default=900.0,
                      help="deadline of the gpu-job, node launch and image pull included (default: 900)")
     how.add_argument("--probe-margin-s", type=float, default=60.0,
@@ -254,7 +266,7 @@ def settings_from(args: argparse.Namespace, outputs: dict[str, Any], tmpdir: str
         results_prefix=pick(args.results_prefix, "results_prefix", "results/"),
         worker_image=pick(args.worker_image, "worker_image"), region=args.region,
         cluster_name=pick(args.cluster_name, "cluster_name"), keda_operator_role_arn=args.keda_operator_role_arn,
-        grace_s=args.grace_s, timeout_s=args.timeout_s, probe_extra_s=args.probe_margin_s,
+        grace_s=args.grace_s, timeout_s=args.timeout_s, since=args.since, probe_extra_s=args.probe_margin_s,
         poll_interval_s=args.poll_interval_s, connect_timeout_s=args.connect_timeout_s, skip=tuple(skip),
         strict=args.strict, lock_wait_s=args.lock_wait_s,
         only=tuple(dict.fromkeys(only)), slides_bucket=pick(args.slides_bucket, "slides_bucket"),

@@ -211,8 +211,9 @@ def run(ctx: Context) -> CheckResult:
     now = ctx.clock.now()
     pods = kube.list_pods(namespace, label_selector=CONTROLLER_SELECTOR)
     logs = {}
+    since = ctx.settings.since
     for pod in pods:
-        start = pod_started(pod)
+        start = since or pod_started(pod)
         since_s = int((now - start).total_seconds()) + 1 if start else None
         logs[name_of(pod)] = kube.read_pod_log(namespace, name_of(pod), tail_lines=LOG_TAIL_LINES,
                                                since_seconds=since_s if since_s and since_s > 0 else None)
@@ -221,4 +222,5 @@ def run(ctx: Context) -> CheckResult:
     if nodeclaims:
         # Events of a cluster-scoped object are recorded in the `default` namespace.
         events = kube.list_events("default", field_selector="involvedObject.kind=NodeClaim")
-    return judge_karpenter_health(namespace, pods, logs, nodeclaims, events, now, bound_s=ctx.settings.timeout_s)
+    return judge_karpenter_health(namespace, pods, logs, nodeclaims, events, now, since=since,
+                                  bound_s=ctx.settings.timeout_s)

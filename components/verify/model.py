@@ -114,6 +114,9 @@ class VerifySettings:
     grace_s: float = 300.0
     """Seconds a GPU node may exist before `nvidia.com/gpu` must be allocatable (driver + device plugin start).
     Default 300."""
+    since: datetime | None = None
+    """karpenter-health counts the controller's ERROR lines from this time (`--since`, e.g. when an upgrade began);
+    None counts from each controller container's start (the upgrade that restarted it). Default None."""
     timeout_s: float = 900.0
     """Seconds the gpu-job may take end to end (node launch, image pull, nvidia-smi): its activeDeadlineSeconds.
     Default 900."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 from datetime import timedelta
 
+import pytest
 from verify_fakes import NOW, FakeApiServer, FakeKube, load
 
 from components.verify import karpenter_health as kh
@@ -120,3 +121,16 @@ def test_run_over_the_wire_reads_the_log_nodeclaims_and_events(tmp_path, clock):
     assert r.status == "fail" and "EC2NodeClass gpu" in r.summary and "gpu-x7k2p" in r.summary
     assert f"GET /api/v1/namespaces/kube-system/pods/{POD}/log" in requests
     assert "GET /apis/karpenter.sh/v1/nodeclaims" in requests and "GET /api/v1/namespaces/default/events" in requests
+
+
+def test_the_since_setting_reaches_the_check_and_the_command_line_parses_it(clock, tmp_path):
+    from components.verify import cli
+
+    all_errors = _run(_kube(), clock)
+    assert all_errors.status == "fail" and "x15" in all_errors.summary
+    since = kh.run(Context(settings=VerifySettings(since=NOW - timedelta(minutes=5)), kube=_kube(), clock=clock))
+    assert since.status == "fail" and "x5" in since.summary and "since 2026-11-02T09:55:00+00:00" in since.summary
+    args = cli.build_parser().parse_args(["--since", "2026-11-02T09:55:00Z"])
+    assert cli.settings_from(args, {}, str(tmp_path)).since == NOW - timedelta(minutes=5)
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["--since", "2026-11-02 09:55"])  # no zone: refused, never guessed
