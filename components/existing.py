@@ -20,7 +20,7 @@ from typing import Any
 import pulumi
 
 from .catalogue import CHARTS, combination_problems, karpenter_version_problem, keda_version_problem
-from .keda import OPERATOR_SERVICE_ACCOUNT, SCALER_ROLE_PATH
+from .keda import OPERATOR_SERVICE_ACCOUNT, SCALER_ROLE_PATH, check_scaler_role_path
 from .spec.names import POOL_LABEL, SYSTEM_POOL
 from .spec.validation import ConfigError, names_its_errors
 
@@ -63,10 +63,7 @@ class ExistingKeda(pulumi.ComponentResource):
         problem = keda_version_problem(args.version)
         if problem:
             raise ConfigError("ExistingKedaArgs.version", args.version, problem)
-        if not (args.scaler_role_path.startswith("/") and args.scaler_role_path.endswith("/")
-                and "*" not in args.scaler_role_path):
-            raise ConfigError("ExistingKedaArgs.scaler_role_path", args.scaler_role_path,
-                              "an IAM path starting and ending with '/', without '*'")
+        check_scaler_role_path("ExistingKedaArgs.scaler_role_path", args.scaler_role_path)
         for field_name in ("namespace", "operator_service_account"):
             value = getattr(args, field_name)
             if not (isinstance(value, str) and value):

@@ -139,6 +139,12 @@ def check_watch_namespaces(watch_namespaces: list[str] | None) -> None:
             raise ConfigError("KedaArgs.watch_namespaces", ns, "a namespace name (a DNS label)")
 
 
+def check_scaler_role_path(field_name: str, path: str) -> None:
+    """Refuse (one-line ConfigError naming `field_name`) a scaler role path that is not an IAM path without `*`."""
+    if not (isinstance(path, str) and path.startswith("/") and path.endswith("/") and "*" not in path):
+        raise ConfigError(field_name, path, "an IAM path starting and ending with '/', without '*'")
+
+
 def operator_assume_policy(operator_role_arn: str, scaler_role_path: str = SCALER_ROLE_PATH) -> dict:
     """The operator role's policy: assume (and tag sessions of) scaler roles under `scaler_role_path` in its own
     account and partition (taken from the operator role's ARN)."""
@@ -209,10 +215,7 @@ class Keda(pulumi.ComponentResource):
         problem = keda_version_problem(args.version)
         if problem:
             raise ConfigError("KedaArgs.version", args.version, problem)
-        if not (args.scaler_role_path.startswith("/") and args.scaler_role_path.endswith("/")
-                and "*" not in args.scaler_role_path):
-            raise ConfigError("KedaArgs.scaler_role_path", args.scaler_role_path,
-                              "an IAM path starting and ending with '/', without '*'")
+        check_scaler_role_path("KedaArgs.scaler_role_path", args.scaler_role_path)
         check_watch_namespaces(args.watch_namespaces)
         # Check the extra TriggerAuthentications before anything is declared.
         manifests = [trigger_authentication_manifest(s, args.version) for s in args.trigger_authentications]

@@ -247,11 +247,12 @@ class Ec2NodeClass(pulumi.ComponentResource):
         self.resource = k8s.apiextensions.CustomResource(
             f"{name}-nodeclass", api_version=manifest["apiVersion"], kind=manifest["kind"],
             metadata=manifest["metadata"], spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=_crd_charts(args)))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=crd_charts(args)))
         self.register_outputs({"nodeclassName": self.nodeclass_name})
 
 
-def _crd_charts(args: Any) -> list[pulumi.Resource]:
-    """What the custom resource waits for: the CRD chart given directly or through `karpenter`."""
+def crd_charts(args: Any) -> list[pulumi.Resource]:
+    """What a Karpenter custom resource (EC2NodeClass, NodePool) waits for: the CRD chart given directly or through
+    `karpenter` (args with `crd_chart` and `karpenter` fields)."""
     charts = [args.crd_chart, getattr(args.karpenter, "crd_chart", None)]
     return list(dict.fromkeys(c for c in charts if c is not None))

@@ -10,7 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .catalogue import instance_type_expectation
-from .nodeclass import NODECLASS_API_VERSION
+from .nodeclass import NODECLASS_API_VERSION, crd_charts
 from .spec.gpu_pool import (
     CAPACITY_TYPES,
     DEFAULT_BUDGETS,
@@ -191,11 +191,5 @@ class GpuNodePool(pulumi.ComponentResource):
         self.resource = k8s.apiextensions.CustomResource(
             f"{name}-nodepool", api_version=manifest["apiVersion"], kind=manifest["kind"],
             metadata=manifest["metadata"], spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=_crd_charts(args)))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=crd_charts(args)))
         self.register_outputs({"nodepoolName": self.nodepool_name})
-
-
-def _crd_charts(args: Any) -> list[pulumi.Resource]:
-    """What the custom resource waits for: the CRD chart given directly or through `karpenter`."""
-    charts = [args.crd_chart, getattr(args.karpenter, "crd_chart", None)]
-    return list(dict.fromkeys(c for c in charts if c is not None))
