@@ -14,6 +14,29 @@ NAMESPACE = "gpuburst"
 
 
 @dataclass(frozen=True)
+class ModelSource:
+    """A lab's own model for one workload: a `.pt2` object in S3, pinned by its digest."""
+
+    uri: str
+    """`s3://bucket/key` of the model file (a torch.export `.pt2` made by `python -m worker package-model`)."""
+    sha256: str
+    """The file's SHA-256, 64 lower-case hex digits; the worker refuses any other bytes before reading a slide."""
+    kms_key_arn: str | None = None
+    """The KMS key the object is encrypted with, when it is a customer-managed key: the worker role gets
+    `kms:Decrypt` on it. Default: None (SSE-S3 or the bucket's default)."""
+
+    @property
+    def bucket(self) -> str:
+        """The bucket part of `uri`."""
+        return self.uri[len("s3://"):].split("/", 1)[0]
+
+    @property
+    def key(self) -> str:
+        """The object key part of `uri`."""
+        return self.uri[len("s3://"):].split("/", 1)[1]
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """One queue-driven GPU workload, described by its facts; the pattern chooser picks ScaledJob or consumer."""
 
@@ -40,6 +63,15 @@ class WorkloadConfig:
     pattern: str | None = None
     """Force `scaledjob` or `consumer`; None lets the chooser decide. A ScaledJob for ordered or stateful work is
     refused. Default: None."""
+    messages_per_job: int = 1
+    """Messages one ScaledJob Job processes before it exits (KEDA's `queueLength` and the worker's `--max-messages`,
+    kept equal), so N messages share one model load. Ignored by the consumer pattern. Default: 1."""
+    precision: str = "auto"
+    """The worker's compute precision: `auto` (bf16/fp16 where the device computes it natively), `fp32`
+    (bit-for-bit reproducible across machines), `bf16` or `fp16`. Default: auto."""
+    model: ModelSource | None = None
+    """The lab's own model (`model: {uri, sha256}`), fetched from S3 by digest into a node-local cache. Default:
+    None (the model baked into the worker image)."""
 
     def facts(self) -> WorkloadFacts:
         """The chooser's facts for this workload."""
