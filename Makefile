@@ -4,7 +4,7 @@ VENV ?= .venv
 CHECKOV_VENV ?= .venv-checkov
 PY := $(VENV)/bin/python
 
-.PHONY: demo test synth check charts worker-demo bench wheel clean
+.PHONY: demo test synth check charts worker-demo bench wheel image clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.txt worker/requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ bench: $(VENV)/.installed
 wheel: $(VENV)/.installed
 	rm -rf build .whl/gpuburst-*.whl  # setuptools reuses build/lib: a module deleted here would linger in the wheel
 	$(PY) -m pip wheel -q --no-deps -w .whl .
+
+## image: build worker/Dockerfile (docker buildx, podman or buildah), smoke-test it on CMU-1, print its layer sizes.
+## BASE_IMAGE=REF (default: the catalogue's WORKER_BASE_IMAGE), CA_BUNDLE=FILE|none (pip's CA, a build secret),
+## IMAGE_ARGS (e.g. --standin-base offline, --no-cache); stdlib only: no virtualenv needed (see scripts/build_image.py)
+image:
+	$(PYTHON) scripts/build_image.py $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) \
+		$(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE)) $(IMAGE_ARGS)
 
 clean:
 	rm -rf out .pytest_cache

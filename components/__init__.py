@@ -12,7 +12,7 @@ _EXPORTS: dict[str, str] = {
     # The whole product
     "GpuBurstPlatform": "platform",
     "StackConfig": "config", "WorkloadConfig": "config", "parse_config": "config", "current_config": "config",
-    "WarmGpus": "config", "BurstBudget": "config",
+    "WarmGpus": "config", "BurstBudget": "config", "ModelSource": "config", "WorkerBuild": "config",
     # Cluster and nodes
     "Cluster": "cluster", "ClusterArgs": "cluster",
     "Karpenter": "karpenter", "KarpenterArgs": "karpenter",
@@ -25,7 +25,8 @@ _EXPORTS: dict[str, str] = {
     "WarmGpuFloor": "warm_floor", "WarmGpuFloorArgs": "warm_floor",
     "GpuScaledJob": "scaledjob", "GpuScaledJobArgs": "scaledjob", "ScaledJobSettings": "scaledjob",
     "GpuConsumer": "consumer", "GpuConsumerArgs": "consumer",
-    "WorkerPodSettings": "spec.worker_pod", "WorkerAccessArgs": "pod",
+    "WorkerPodSettings": "spec.worker_pod", "WorkerAccessArgs": "pod", "ModelMount": "spec.worker_pod",
+    "ModelCache": "model_cache", "ModelCacheArgs": "model_cache",
     "WorkloadFacts": "spec.workload", "PatternChoice": "planning.chooser", "choose_pattern": "planning.chooser",
     "require_pattern": "planning.chooser",
     # What another stack already runs: referenced, not re-created
@@ -54,7 +55,16 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly (tests/test_public_surface.py)
     from . import catalogue
     from .cluster import Cluster, ClusterArgs
-    from .config import BurstBudget, StackConfig, WarmGpus, WorkloadConfig, current_config, parse_config
+    from .config import (
+        BurstBudget,
+        ModelSource,
+        StackConfig,
+        WarmGpus,
+        WorkerBuild,
+        WorkloadConfig,
+        current_config,
+        parse_config,
+    )
     from .consumer import GpuConsumer, GpuConsumerArgs
     from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
     from .existing import (
@@ -72,6 +82,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly 
     from .karpenter import Karpenter, KarpenterArgs
     from .keda import Keda, KedaArgs, KedaScalerAuth, KedaScalerAuthArgs, TriggerAuthSpec
     from .keys import DataKey, DataKeyArgs
+    from .model_cache import ModelCache, ModelCacheArgs
     from .network import GpuNodeSecurity, GpuNodeSecurityArgs, WorkloadNetwork, WorkloadNetworkArgs
     from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, ec2_nodeclass_manifest
     from .nodepool import GpuNodePool, GpuNodePoolArgs, gpu_nodepool_manifest
@@ -81,7 +92,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly 
     from .queue import WorkQueue, WorkQueueArgs
     from .scaledjob import GpuScaledJob, GpuScaledJobArgs, ScaledJobSettings
     from .spec.validation import ConfigError
-    from .spec.worker_pod import WorkerPodSettings
+    from .spec.worker_pod import ModelMount, WorkerPodSettings
     from .spec.workload import WorkloadFacts
     from .storage import SlideStorage, SlideStorageArgs
     from .verify_runner import VerifyRunner, VerifyRunnerArgs

@@ -101,6 +101,7 @@ def _plan_burst(argv: list[str]) -> int:
     from .config import parse_config
     from .config.files import StackFileError, read_stack_config
     from .planning import (
+        ADVICE_TOP,
         STAGES,
         Trace,
         parse_burst,
@@ -121,10 +122,17 @@ def _plan_burst(argv: list[str]) -> int:
                     "Karpenter NodeClaim, EC2 launch, GPU registration, image pull, model load, inference, "
                     "consolidation) and report, per workload, the time to the first and last result, the per-message "
                     "latency (mean, p95, max), nodes launched, GPU node-seconds billed and cost, as a ScaledJob and as "
-                    "one consumer. Deterministic: no clock, no network.", 79),
+                    "one consumer. Deterministic: no clock, no network.", 79) + "\n\n" + textwrap.fill(
+                    "With --deadline and/or --budget it advises instead: it searches what the stack allows "
+                    "(messages per Job, Jobs at once up to gpuLimit, each admitted instance type, spot or on-demand, "
+                    "a warm floor at the burst's time, the pattern where the work allows both) and ranks the "
+                    "configurations that meet the deadline, cheapest first (with only --budget: those within it, "
+                    "fastest first), each with the Pulumi.<stack>.yaml lines to set; when none does, it says which "
+                    "stage bounds it.", 79),
         # Raw so the CSV example keeps its lines; the prose is wrapped here instead.
         epilog=textwrap.fill("--trace CSV format: " + TRACE_HELP + ".", 79) + "\nExample:\n  at,items,workload\n"
-               "  2026-01-05T09:00:00Z,20,studies\n  2026-01-05T10:00:00Z,20,studies",
+               "  2026-01-05T09:00:00Z,20,studies\n  2026-01-05T10:00:00Z,20,studies\n\nAdvice example:\n  "
+               f"{PROG} plan-burst --workload slides --burst 200@2026-12-07T09:00 --deadline 3h",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml to read (default: dev)")
     parser.add_argument("--stack-file", type=Path, default=None, help="read the config from this YAML file instead")
@@ -143,7 +151,17 @@ def _plan_burst(argv: list[str]) -> int:
                         help="also write a PNG timeline per workload and burst here (plan-burst-<workload>-<n>.png; a "
                              "trace: plan-burst-<workload>-trace.png)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--deadline", default=None, metavar="DURATION",
+                        help="advise: the configurations whose last result comes within DURATION of the burst (3h, "
+                             "90m, 2h30m or seconds), cheapest first, with their config lines")
+    parser.add_argument("--budget", default=None, metavar="USD",
+                        help="advise: the configurations that cost at most USD for the burst, fastest first (with "
+                             "--deadline: the cheapest that meet it within USD)")
+    parser.add_argument("--top", type=int, default=ADVICE_TOP, metavar="N",
+                        help=f"advise: list the N best configurations (default {ADVICE_TOP})")
     args = parser.parse_args(argv)
+    if args.deadline is not None or args.budget is not None:
+        return _advise(args, parser.prog)
     try:
         bursts = [parse_burst(b) for b in args.burst]
         if args.trace is not None and bursts:
@@ -164,6 +182,43 @@ def _plan_burst(argv: list[str]) -> int:
                 suffix = "trace" if isinstance(wp.burst, Trace) else i
                 write_timeline(wp, args.out / f"plan-burst-{name}-{suffix}.png")
     print(json.dumps(plans_json(plans), indent=2) if args.json else plans_table(plans))
+    return 0
+
+
+def _advise(args: argparse.Namespace, prog: str) -> int:
+    """`plan-burst --deadline/--budget`: the advisor's ranked configurations (table or --json); 2 with a one-line
+    error."""
+    import json
+
+    from .config import parse_config
+    from .config.files import StackFileError, read_stack_config
+    from .planning import Burst, advice_json, advice_table, advise, parse_budget, parse_burst, parse_duration, parse_set
+    from .spec.validation import ConfigError
+
+    try:
+        for flag, value, why in (("--trace", args.trace, "a burst"), ("--warm", args.warm or None, "the real stages"),
+                                 ("--out", args.out, "a table or --json")):
+            if value is not None:
+                raise ConfigError(flag, str(value), f"not with --deadline/--budget (the advisor searches {why})")
+        if len(args.burst) > 1:
+            raise ConfigError("--burst", args.burst, "one burst with --deadline/--budget")
+        if args.top < 1:
+            raise ConfigError("--top", args.top, "a whole number >= 1")
+        deadline = parse_duration(args.deadline) if args.deadline is not None else None
+        budget = parse_budget(args.budget) if args.budget is not None else None
+        burst = parse_burst(args.burst[0]) if args.burst else None
+        overrides = dict(parse_set(s) for s in args.sets)
+        config = parse_config(read_stack_config(args.stack, stack_file=args.stack_file), stack=args.stack)
+        names = [w.name for w in config.workloads]
+        if args.workload is not None and args.workload not in names:
+            raise ConfigError("--workload", args.workload, f"one of {', '.join(names)}")
+        advices = [advise(config, w.name, burst or Burst(w.burst_items), deadline_s=deadline, budget_usd=budget,
+                          overrides=overrides, top=args.top, stack=args.stack)
+                   for w in config.workloads if args.workload in (None, w.name)]
+    except (StackFileError, ConfigError) as e:
+        print(f"plan-burst: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(advice_json(advices), indent=2) if args.json else advice_table(advices))
     return 0
 
 

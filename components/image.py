@@ -34,6 +34,10 @@ build rewrites it."""
 TAG_PREFIX = "src-"
 """Prefix of derived tags: `src-` + the first 16 hex digits of `source_digest`."""
 
+BASE_IMAGE_ARG = "GPUBURST_WORKER_IMAGE"
+"""The build argument a lab's own build (`gpuburst:workerBuild`) is handed: the built-in worker image this stack
+built, by digest; the lab's Dockerfile's last stage starts `FROM ${GPUBURST_WORKER_IMAGE}`."""
+
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REPO = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 
@@ -63,6 +67,10 @@ class WorkerImageArgs:
     """Days after which untagged images (old cache manifests) expire (1..3650). Default 7."""
     tags: dict[str, str] = field(default_factory=dict)
     """Extra AWS tags on the repository. Default none."""
+    build_args: dict[str, pulumi.Input[str]] | None = None
+    """Docker build arguments. Default None: the built-in recipe's (`build_args()`: BASE_IMAGE, the pinned base). A
+    lab's build (`lab_image_args`) gets BASE_IMAGE_ARG instead. Values that are Outputs do not enter the derived tag:
+    pass `tag` (as `lab_image_args` does) so a change of them still makes a new one."""
 
 
 RULES: tuple[Rule, ...] = (
@@ -79,7 +87,7 @@ RULES: tuple[Rule, ...] = (
 
 def validate_args(args: WorkerImageArgs) -> None:
     """Raise ConfigError (one line naming field and value) for the first bad field; paths must exist."""
-    validate(vars(args), RULES)
+    validate({k: v for k, v in vars(args).items() if k != "build_args"}, RULES)
     ctx = Path(args.context)
     if not (ctx / args.dockerfile).is_file():
         raise ConfigError("dockerfile", args.dockerfile, f"a file under the context {args.context!r}")
@@ -142,6 +150,56 @@ def derived_tag(args: WorkerImageArgs) -> str:
     extra["platform"] = WORKER_PLATFORM
     digest = source_digest([*args.source_paths, args.dockerfile], root=args.context, extra=extra)
     return TAG_PREFIX + digest[:16]
+
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(?P<image>\S+)(?:\s+AS\s+(?P<name>\S+))?\s*$", re.I)
+
+
+def final_base(dockerfile_text: str) -> str | None:
+    """The image the last stage of a Dockerfile starts FROM, followed through earlier stages' names (`FROM x AS
+    base` ... `FROM base`), as written (`${ARG}` unexpanded); None when it has no FROM."""
+    stages: dict[str, str] = {}
+    last: str | None = None
+    for line in dockerfile_text.splitlines():
+        m = _FROM.match(line)
+        if m:
+            image = m.group("image")
+            last = stages.get(image.lower(), image)
+            if m.group("name"):
+                stages[m.group("name").lower()] = last
+    return last
+
+
+def lab_base_problem(dockerfile: Path) -> str | None:
+    """Why the lab's Dockerfile is not built on the gpuburst worker image (its last stage's FROM is not
+    `${GPUBURST_WORKER_IMAGE}`), or None."""
+    base = final_base(dockerfile.read_text(encoding="utf-8", errors="replace"))
+    if base in (f"${{{BASE_IMAGE_ARG}}}", f"${BASE_IMAGE_ARG}"):
+        return None
+    return (f"a Dockerfile whose last stage starts `ARG {BASE_IMAGE_ARG}` / `FROM ${{{BASE_IMAGE_ARG}}}` (the "
+            f"gpuburst worker image this stack builds; its last stage starts FROM {base!r}), or declare the CUDA of "
+            "the image it builds with gpuburst:workerImageCuda so the policy pack can judge it")
+
+
+def lab_image_args(context: str, dockerfile: str, *, base: WorkerImage | None,
+                   tags: dict[str, str] | None = None) -> WorkerImageArgs:
+    """WorkerImageArgs of a lab's own build (`gpuburst:workerBuild`): the lab's context and Dockerfile, the whole
+    context hashed into the tag, and, with `base` (the built-in image this stack builds), BASE_IMAGE_ARG = its
+    reference by digest, whose tag joins the hash (a new base makes a new lab image). ConfigError naming
+    `gpuburst:workerBuild.<key>` when a path does not exist or, with `base`, the Dockerfile does not build on it."""
+    ctx = Path(context)
+    if not ctx.is_dir():
+        raise ConfigError("gpuburst:workerBuild.context", context, "an existing folder, relative to the project folder")
+    if not (ctx / dockerfile).is_file():
+        raise ConfigError("gpuburst:workerBuild.dockerfile", dockerfile, f"a file under the context {context!r}")
+    if base is not None and (problem := lab_base_problem(ctx / dockerfile)):
+        raise ConfigError("gpuburst:workerBuild.dockerfile", dockerfile, problem)
+    extra = {"platform": WORKER_PLATFORM, **({"base": base.tag} if base is not None else {})}
+    # The Dockerfile may live outside the context (`../Dockerfile`): hashed on its own too.
+    tag = TAG_PREFIX + source_digest([".", dockerfile], root=ctx, extra=extra)[:16]
+    return WorkerImageArgs(context=context, dockerfile=dockerfile, source_paths=["."], tag=tag,
+                           build_args={BASE_IMAGE_ARG: base.image_ref} if base is not None else {},
+                           tags=dict(tags or {}))
 
 
 def lifecycle_policy(keep_tagged_images: int, untagged_expiry_days: int) -> dict:
@@ -217,7 +275,7 @@ class WorkerImage(pulumi.ComponentResource):
             context=docker_build.BuildContextArgs(location=context),
             dockerfile=docker_build.DockerfileArgs(location=str(Path(args.context) / args.dockerfile)),
             platforms=[docker_build.Platform(WORKER_PLATFORM)],
-            build_args=build_args(),
+            build_args=args.build_args if args.build_args is not None else build_args(),
             tags=[pulumi.Output.concat(url, ":", self.tag)],
             push=True,
             registries=[docker_build.RegistryArgs(

@@ -106,12 +106,37 @@ def node_config_user_data(*, fast_image_pull: bool) -> str | None:
             "    FastImagePull: true\n")
 
 
+USER_DATA_BOUNDARY = "GPUBURST-USER-DATA"
+"""The MIME boundary of a multi-part user data (never a line of a part: the parts are ours)."""
+
+
+def node_user_data(*, fast_image_pull: bool, boot_scripts: Iterable[str] = ()) -> str | None:
+    """The EC2NodeClass `userData`: the NodeConfig of `node_config_user_data` alone, or, with `boot_scripts`, a MIME
+    multi-part document of it (`application/node.eks.aws`) and each script (`text/x-shellscript`), as AL2023 nodeadm
+    reads it and Karpenter merges its own NodeConfig into. cloud-init runs the scripts as root before nodeadm starts
+    kubelet (`nodeadm-run.service` comes after `cloud-final.service`). None when there is nothing to say."""
+    node_config = node_config_user_data(fast_image_pull=fast_image_pull)
+    scripts = list(boot_scripts)
+    for script in scripts:
+        if not (isinstance(script, str) and script.startswith("#!") and USER_DATA_BOUNDARY not in script):
+            raise ConfigError("boot_scripts", script, "a shell script starting with '#!' (e.g. '#!/bin/bash')")
+    if not scripts:
+        return node_config
+    parts = ([("application/node.eks.aws", node_config)] if node_config else []) + [
+        ('text/x-shellscript; charset="us-ascii"', script) for script in scripts]
+    body = "".join(f"--{USER_DATA_BOUNDARY}\nContent-Type: {kind}\n\n{text.rstrip(chr(10))}\n\n"
+                   for kind, text in parts)
+    return (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{USER_DATA_BOUNDARY}"\n\n'
+            f"{body}--{USER_DATA_BOUNDARY}--\n")
+
+
 def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_alias: str = "al2023@latest",
                            root_volume_gib: int = 100, root_volume_iops: int = 3000,
                            root_volume_throughput_mibps: int = 125, kms_key_id: str | None = None,
                            tags: Mapping[str, str] | None = None, instance_store_policy: str | None = "RAID0",
                            fast_image_pull: bool = True, subnet_selector_tags: Mapping[str, str] | None = None,
-                           security_group_selector_tags: Mapping[str, str] | None = None) -> dict:
+                           security_group_selector_tags: Mapping[str, str] | None = None,
+                           boot_scripts: Iterable[str] = ()) -> dict:
     """The EC2NodeClass manifest for GPU nodes (a plain dict; raises ConfigError on a bad value).
 
     Subnets and security groups are selected by `subnet_selector_tags` / `security_group_selector_tags` (the
@@ -121,6 +146,8 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
     `instance_store_policy` RAID0 (default) moves kubelet, containerd and SOCI state onto the local NVMe (images
     unpack at NVMe speed, ephemeral storage is the NVMe's size); `fast_image_pull` (default True) adds the NodeConfig
     user data that turns on parallel pull, refused when the images would land on a root volume under 600 MiB/s.
+    `boot_scripts` (shell scripts run as root at boot, before kubelet: the model cache's folder) make the user data a
+    MIME multi-part document (`node_user_data`).
     """
     tags = dict(tags or {})
     validate({"name": name, "ami_alias": ami_alias, "node_role": node_role, "cluster_name": cluster_name,
@@ -181,8 +208,8 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
             # Instance-store NVMe is encrypted at rest by the Nitro hardware (XTS-AES-256) and erased when the
             # instance stops, so slide scratch data on the RAID0 is as protected as on the encrypted root volume.
             **({"instanceStorePolicy": instance_store_policy} if instance_store_policy else {}),
-            **({"userData": user_data} if (user_data := node_config_user_data(fast_image_pull=fast_image_pull))
-               else {}),
+            **({"userData": user_data} if (user_data := node_user_data(fast_image_pull=fast_image_pull,
+                                                                        boot_scripts=boot_scripts)) else {}),
             **({"tags": tags} if tags else {}),
         },
     }
@@ -228,6 +255,10 @@ class Ec2NodeClassArgs:
     """Tags selecting the GPU nodes' security groups (`securityGroupSelectorTerms`). Default None:
     `karpenter.sh/discovery: <cluster_name>` (the cluster's group); the platform passes
     `{network.GPU_NODES_TAG: <cluster_name>}` (GpuNodeSecurity's group)."""
+    boot_scripts: list[str] = field(default_factory=list)
+    """Shell scripts (`#!...`) cloud-init runs as root on every GPU node at boot, before kubelet starts (user data
+    `text/x-shellscript` parts; see `node_user_data`). Default none; the platform adds the model cache's folder
+    (`model_cache.cache_folder_script`) when a workload has a model. Changing them replaces the GPU nodes (drift)."""
 
 
 @names_its_errors
@@ -241,7 +272,7 @@ class Ec2NodeClass(pulumi.ComponentResource):
             root_volume_throughput_mibps=args.root_volume_throughput_mibps, kms_key_id=args.kms_key_id,
             tags=args.tags, instance_store_policy=args.instance_store_policy, fast_image_pull=args.fast_image_pull,
             subnet_selector_tags=args.subnet_selector_tags,
-            security_group_selector_tags=args.security_group_selector_tags)
+            security_group_selector_tags=args.security_group_selector_tags, boot_scripts=args.boot_scripts)
         super().__init__("gpuburst:index:Ec2NodeClass", name, None, opts)
         self.nodeclass_name: str = args.nodeclass_name
         self.resource = k8s.apiextensions.CustomResource(

@@ -15,10 +15,11 @@ from .config import StackConfig, WorkloadConfig, support_advisory
 from .consumer import GpuConsumer, GpuConsumerArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from .existing import ExistingNetwork
-from .image import WorkerImage, WorkerImageArgs
+from .image import WorkerImage, WorkerImageArgs, lab_image_args
 from .karpenter import Karpenter, KarpenterArgs
 from .keda import Keda, KedaArgs
 from .keys import DataKey, DataKeyArgs
+from .model_cache import ModelCache, ModelCacheArgs, cache_folder_script
 from .network import (
     GPU_NODES_TAG,
     GPU_SUBNETS_TAG,
@@ -34,9 +35,10 @@ from .nodepool import GpuNodePool, GpuNodePoolArgs
 from .planning.chooser import PatternChoice, choose_pattern, require_pattern
 from .pod import WorkerPodSettings, default_deny_network_policy
 from .queue import WorkQueue, WorkQueueArgs
-from .scaledjob import GpuScaledJob, GpuScaledJobArgs
-from .spec.names import control_plane_log_group
+from .scaledjob import GpuScaledJob, GpuScaledJobArgs, settings_for_batch
+from .spec.names import WORKER_IMAGE_CUDA_ANNOTATION, control_plane_log_group
 from .spec.validation import ConfigError, names_its_errors
+from .spec.worker_pod import ModelMount
 from .spec.workload import WorkloadFacts
 from .storage import SlideStorage, SlideStorageArgs
 from .verify_runner import VerifyRunner, VerifyRunnerArgs
@@ -62,6 +64,25 @@ def workload_facts(w: WorkloadConfig) -> WorkloadFacts:
                          burst_items=w.burst_items, max_replicas=w.max_replicas)
 
 
+def check_worker_image_registry(image: str, region: str) -> None:
+    """ConfigError naming `gpuburst:workerImage` unless `image` is in an ECR registry of `region`: the platform's own
+    GPU subnets have no route out and reach ECR only through the VPC's endpoints (whose policy serves this account's
+    repositories; the account is checked there, at pull time)."""
+    if not re.match(rf"^\d{{12}}\.dkr\.ecr\.{re.escape(region)}\.amazonaws\.com/", image):
+        raise ConfigError("gpuburst:workerImage", image,
+                          f"an image in this account's ECR in {region} (ACCOUNT.dkr.ecr.{region}.amazonaws.com/REPO@"
+                          "sha256:...): the GPU nodes of the platform's network pull through its VPC endpoints and "
+                          "reach no other registry; copy it there (`crane copy SRC DST`) and name the copy")
+
+
+def worker_model(w: WorkloadConfig, cache_claim: str | None) -> ModelMount | None:
+    """The workload's model for its pods (and its role's s3:GetObject), cached on the node under its own name."""
+    if w.model is None:
+        return None
+    return ModelMount(uri=w.model.uri, sha256=w.model.sha256, kms_key_arn=w.model.kms_key_arn,
+                      cache_claim=cache_claim, cache_sub_path=w.name, cache_max_bytes=w.model.cache_gib * 2**30)
+
+
 def choose_patterns(config: StackConfig) -> dict[str, PatternChoice]:
     """Workload name -> chosen pattern; refuses (ConfigError) a forced ScaledJob for ordered or stateful work.
 
@@ -70,7 +91,8 @@ def choose_patterns(config: StackConfig) -> dict[str, PatternChoice]:
     choices = {}
     for w in config.workloads:
         facts = workload_facts(w)
-        choices[w.name] = require_pattern(facts, w.pattern) if w.pattern else choose_pattern(facts)
+        choices[w.name] = (require_pattern(facts, w.pattern, messages_per_job=w.messages_per_job) if w.pattern
+                           else choose_pattern(facts, messages_per_job=w.messages_per_job))
     return choices
 
 
@@ -97,6 +119,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         VerifyRunner (verify's RBAC and IAM, and a hook Job per set of guarded versions). Default None: none (the
         worker image ships worker/ only and cannot run verify)."""
         choices = choose_patterns(config)  # before super().__init__: a refusal registers nothing
+        if config.worker_image is not None and network is None:
+            check_worker_image_registry(config.worker_image, config.region)
         if network is not None and not isinstance(network, ExistingNetwork):
             raise ConfigError("GpuBurstPlatform network", network, "an ExistingNetwork(vpc_id, private_subnet_ids)")
         cluster_network = network.cluster_args() if network is not None else {}
@@ -112,6 +136,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             pulumi.log.warn(f"gpuburst:kubernetesVersion {config.kubernetes_version!r}: {support.message}", self)
         prefix = config.name_prefix
         tags = {"Project": "gpuburst", "Environment": config.environment}
+        models = [w for w in config.workloads if w.model is not None]
         child = pulumi.ResourceOptions(parent=self)
         # One customer-managed key for the stack's data at rest; the workers' roles share an IAM path it names.
         worker_role_path = f"/{prefix}/workers/"
@@ -156,7 +181,9 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             instance_store_policy=(instance_store_policy_for(config.gpu_instance_types)
                                    if config.gpu_instance_store_policy == "RAID0" else None),
             fast_image_pull=config.fast_image_pull, subnet_selector_tags={GPU_SUBNETS_TAG: prefix},
-            security_group_selector_tags={GPU_NODES_TAG: prefix}), opts=in_cluster)
+            security_group_selector_tags={GPU_NODES_TAG: prefix},
+            # The model cache's node folder (components/model_cache.py), made before kubelet starts.
+            boot_scripts=[cache_folder_script()] if models else []), opts=in_cluster)
         self.nodepool = GpuNodePool(f"{name}-gpu-nodepool", GpuNodePoolArgs(
             nodeclass_name=self.nodeclass.nodeclass_name, crd_chart=self.karpenter.crd_chart,
             gpu_limit=config.gpu_limit, instance_types=config.gpu_instance_types,
@@ -204,7 +231,25 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             tags=tags, kms_key_arn=data_key_arn, vpc_endpoint_ids=s3_endpoints or None,
             break_glass_role_arns=list(break_glass_role_arns) if break_glass_role_arns is not None else None),
             opts=child)
-        self.image = WorkerImage(f"{name}-worker-image", WorkerImageArgs(tags=tags), opts=child)
+        # The workers' image: a prebuilt one by digest (nothing built), the lab's build (on top of the built-in image
+        # unless it declares its own CUDA), or the built-in image.
+        self.image: WorkerImage | None = None
+        self.lab_image: WorkerImage | None = None
+        if config.worker_image is None and (config.worker_build is None or config.worker_image_cuda is None):
+            self.image = WorkerImage(f"{name}-worker-image", WorkerImageArgs(tags=tags), opts=child)
+        if config.worker_build is not None:
+            self.lab_image = WorkerImage(f"{name}-lab-image", lab_image_args(
+                config.worker_build.context, config.worker_build.dockerfile, base=self.image, tags=tags), opts=child)
+        built = self.lab_image or self.image
+        worker_image: pulumi.Input[str] = config.worker_image if built is None else built.image_ref
+        image_annotations = ({WORKER_IMAGE_CUDA_ANNOTATION: config.worker_image_cuda}
+                             if config.worker_image_cuda is not None else {})
+        self.model_cache: ModelCache | None = None
+        if models:
+            self.model_cache = ModelCache(f"{name}-model-cache", ModelCacheArgs(
+                namespace=namespace, volume_name=f"{prefix}-{namespace}-model-cache",
+                capacity_gib=sum(w.model.cache_gib for w in models if w.model is not None),
+                depends_on=namespace_dependency), opts=in_cluster)
 
         # The warm floor's placeholders hold GPU nodes on a schedule; the workloads then run at a higher priority
         # class so a real job preempts a placeholder at once.
@@ -216,7 +261,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 namespace=namespace, count=warm.count, start=warm.start, end=warm.end,
                 timezone=warm.timezone, keda_chart=self.keda.chart,
                 depends_on=[*namespace_dependency, self.nodepool.resource, self.device_plugin.chart],
-                pod=WorkerPodSettings(image=self.image.image_ref),
+                pod=WorkerPodSettings(image=worker_image),
                 **({"pause_image": mirrored[PAUSE_SOURCE].apply(lambda r: f"{r}:{PAUSE_TAG_AND_DIGEST}")}
                    if PAUSE_SOURCE in mirrored else {})), opts=in_cluster)
             workload_priority = [self.warm_floor.workload_priority_class]
@@ -231,13 +276,16 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 oldest_message_alarm_s=max(config.oldest_message_alarm_s, 2 * w.expected_processing_s),
                 kms_key_id=data_key_arn, tags=tags), opts=child)
             self.queues[w.name] = queue
-            pod = WorkerPodSettings(image=self.image.image_ref, visibility_timeout_s=queue.visibility_timeout_s,
+            model = worker_model(w, self.model_cache.claim_name if self.model_cache is not None else None)
+            pod = WorkerPodSettings(image=worker_image, visibility_timeout_s=queue.visibility_timeout_s,
                                     region=config.region,
                                     priority_class_name=self.warm_floor.priority_class_name if self.warm_floor
-                                    else None)
+                                    else None, model=model, precision=w.precision, annotations=image_annotations)
+            cache_dependency = [self.model_cache] if model is not None and self.model_cache is not None else []
             workload_opts = pulumi.ResourceOptions.merge(
                 in_cluster, pulumi.ResourceOptions(depends_on=[*namespace_dependency, self.nodepool.resource,
-                                                               self.device_plugin.chart, *workload_priority]))
+                                                               self.device_plugin.chart, *workload_priority,
+                                                               *cache_dependency]))
             common = dict(cluster_name=prefix, namespace=namespace, queue_url=queue.queue_url,
                           queue_visibility_timeout_s=queue.visibility_timeout_s,
                           queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
@@ -250,7 +298,11 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             if choices[w.name].pattern == "scaledjob":
                 self.workloads[w.name] = GpuScaledJob(f"{w.name}", GpuScaledJobArgs(
                     keda=self.keda, facts=workload_facts(w), scaler_identity_owner=config.keda_identity_owner,
-                    polling_interval_s=config.polling_interval_s, **common), opts=workload_opts)
+                    settings=settings_for_batch(w.messages_per_job, model_load_s=w.model_load_s,
+                                                expected_processing_s=w.expected_processing_s,
+                                                max_replica_count=w.max_replicas,
+                                                polling_interval_s=config.polling_interval_s),
+                    **common), opts=workload_opts)
             else:
                 self.workloads[w.name] = GpuConsumer(f"{w.name}", GpuConsumerArgs(facts=workload_facts(w), **common),
                                                      opts=workload_opts)
@@ -261,7 +313,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         if verify_image is not None:
             self.verify_runner = VerifyRunner(f"{name}-verify", VerifyRunnerArgs(
                 image=verify_image, cluster_name=prefix, region=config.region, namespace=namespace,
-                nodepool=self.nodepool.nodepool_name, worker_image=self.image.image_ref,
+                nodepool=self.nodepool.nodepool_name, worker_image=worker_image,
                 queue_urls=[q.queue_url for q in self.queues.values()],
                 queue_arns=[q.queue_arn for q in self.queues.values()],
                 results_bucket=self.storage.results_bucket_name, results_bucket_arn=self.storage.results_bucket_arn,
@@ -283,7 +335,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         self.kubeconfig_json = self.cluster.kubeconfig_json
         self.queue_urls = {n: q.queue_url for n, q in self.queues.items()}
         self.dead_letter_queue_urls = {n: q.dlq_url for n, q in self.queues.items()}
-        self.image_ref = self.image.image_ref
+        self.image_ref = worker_image
         self.slides_bucket = self.storage.slides_bucket_name
         self.results_bucket = self.storage.results_bucket_name
         self.workload_patterns = {n: {"pattern": c.pattern, "reason": c.reason} for n, c in choices.items()}

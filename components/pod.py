@@ -16,11 +16,22 @@ from .spec.policy_documents import (
     dead_letter_sender_statements,
     policy_document,
     queue_consumer_statements,
+    s3_object_read_statements,
     s3_prefix_statements,
 )
 from .spec.quantity import fmt_cpu
 from .spec.validation import ConfigError
-from .spec.worker_pod import DO_NOT_DISRUPT, SCRATCH_PATH, TMP_PATH, WorkerPodSettings, check_settings, checked_image
+from .spec.worker_pod import (
+    DO_NOT_DISRUPT,
+    MODEL_CACHE_PATH,
+    SCRATCH_PATH,
+    TMP_PATH,
+    ModelMount,
+    WorkerPodSettings,
+    check_settings,
+    checked_image,
+    model_object_arn,
+)
 
 
 def pinned_image(image: pulumi.Input[str]) -> pulumi.Input[str]:
@@ -53,8 +64,26 @@ def worker_env(s: WorkerPodSettings, queue_url: pulumi.Input[str]) -> list[dict[
         # 'cuda', not 'auto': on a node without a usable GPU the worker exits 3 at once instead of running on CPU.
         {"name": "DEVICE", "value": "cuda"},
     ]
+    if s.precision is not None:
+        env.append({"name": "PRECISION", "value": s.precision})
+    if s.model is not None:
+        env += [{"name": "MODEL_URI", "value": s.model.uri}, {"name": "MODEL_SHA256", "value": s.model.sha256}]
+        if s.model.cache_claim is not None:
+            env += [{"name": "MODEL_CACHE_DIR", "value": MODEL_CACHE_PATH},
+                    {"name": "MODEL_CACHE_MAX_BYTES", "value": str(s.model.cache_max_bytes)}]
     env += [{"name": k, "value": v} for k, v in sorted(s.env.items())]
     return env
+
+
+def model_cache_volume(m: ModelMount | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, volumeMounts) of the node-local model cache: the cache's PersistentVolumeClaim (a hostPath volume
+    on the GPU node, `model_cache.py`) mounted read-write at MODEL_CACHE_PATH with the workload's own folder as
+    subPath, so a pod sees its workload's models only. Empty without a model or a cache. The worker re-verifies every
+    model's digest when it reads it from there."""
+    if m is None or m.cache_claim is None:
+        return [], []
+    return ([{"name": "model-cache", "persistentVolumeClaim": {"claimName": m.cache_claim}}],
+            [{"name": "model-cache", "mountPath": MODEL_CACHE_PATH, "subPath": m.cache_sub_path}])
 
 
 def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]], queue_url: pulumi.Input[str],
@@ -71,6 +100,7 @@ def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]],
     if restart_policy not in ("Never", "OnFailure", "Always"):
         raise ConfigError("restartPolicy", restart_policy, "Never, OnFailure or Always")
     ephemeral_gib = s.scratch_gib + s.tmp_gib
+    cache_volumes, cache_mounts = model_cache_volume(s.model)
     resources = {
         "requests": {"cpu": fmt_cpu(s.cpu_cores), "memory": f"{s.memory_gib}Gi",
                      "ephemeral-storage": f"{ephemeral_gib}Gi", GPU_RESOURCE: str(s.gpus)},
@@ -97,6 +127,7 @@ def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]],
         "volumeMounts": [
             {"name": "scratch", "mountPath": SCRATCH_PATH},
             {"name": "tmp", "mountPath": TMP_PATH},
+            *cache_mounts,
         ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -119,6 +150,7 @@ def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]],
         "volumes": [
             {"name": "scratch", "emptyDir": {"sizeLimit": f"{s.scratch_gib}Gi"}},
             {"name": "tmp", "emptyDir": {"sizeLimit": f"{s.tmp_gib}Gi"}},
+            *cache_volumes,
         ],
         # No host namespaces, and no service-link variables (they would list other services' addresses in the env).
         "hostNetwork": False,
@@ -130,9 +162,10 @@ def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]],
 
 def hardened_pod_template(s: WorkerPodSettings, *, command: list[pulumi.Input[str]], queue_url: pulumi.Input[str],
                           service_account_name: str, restart_policy: str, labels: dict[str, str]) -> dict[str, Any]:
-    """A PodTemplateSpec: `hardened_pod_spec` plus labels and the karpenter.sh/do-not-disrupt annotation."""
+    """A PodTemplateSpec: `hardened_pod_spec` plus labels, the karpenter.sh/do-not-disrupt annotation and
+    `s.annotations`."""
     return {
-        "metadata": {"labels": dict(labels), "annotations": dict(DO_NOT_DISRUPT)},
+        "metadata": {"labels": dict(labels), "annotations": {**s.annotations, **DO_NOT_DISRUPT}},
         "spec": hardened_pod_spec(s, command=command, queue_url=queue_url,
                                   service_account_name=service_account_name, restart_policy=restart_policy),
     }
@@ -143,8 +176,11 @@ def worker_policy(queue_arn: pulumi.Input[str], bucket_arn: pulumi.Input[str], s
                   queue_kms_key_arn: pulumi.Input[str] | None = None,
                   bucket_kms_key_arn: pulumi.Input[str] | None = None,
                   slides_bucket_kms_key_arn: pulumi.Input[str] | None = None,
-                  dead_letter_queue_arn: pulumi.Input[str] | None = None) -> dict:
+                  dead_letter_queue_arn: pulumi.Input[str] | None = None, model: ModelMount | None = None) -> dict:
     """The worker role's policy: consume its one queue; read slides; read and write results (nothing with `*`).
+
+    With `model`, the worker may also `s3:GetObject` that one model object (its exact ARN: no other key of the
+    model's bucket, no listing) and, when it names a key, `kms:Decrypt` with it through S3.
 
     With `dead_letter_queue_arn`, the worker may also send to its dead-letter queue: a message that can never
     succeed (malformed, missing slide) goes there at once with its reason instead of failing maxReceiveCount times.
@@ -171,6 +207,8 @@ def worker_policy(queue_arn: pulumi.Input[str], bucket_arn: pulumi.Input[str], s
                                            kms_key_arn=slides_bucket_kms_key_arn)
         statements += s3_prefix_statements(bucket_arn, [results_prefix], [results_prefix],
                                            kms_key_arn=bucket_kms_key_arn)
+    if model is not None:
+        statements += s3_object_read_statements(model_object_arn(model.uri), kms_key_arn=model.kms_key_arn)
     return policy_document(statements)
 
 
@@ -318,7 +356,7 @@ def declare_worker_identity(name: str, args: WorkerAccessArgs, service_account_n
                            slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
                            dead_letter_queue_arn=args.dead_letter_queue_arn,
                            bucket_kms_key_arn=args.bucket_kms_key_arn,
-                           slides_bucket_kms_key_arn=args.slides_bucket_kms_key_arn)
+                           slides_bucket_kms_key_arn=args.slides_bucket_kms_key_arn, model=args.pod.model)
     service_account = k8s.core.v1.ServiceAccount(
         f"{name}-sa", metadata={"name": service_account_name, "namespace": args.namespace, "labels": labels},
         automount_service_account_token=False, opts=opts)

@@ -30,7 +30,14 @@ from .pod import (
 from .spec.keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
 from .spec.names import WORKER_LABEL
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
-from .spec.workload import WorkloadFacts, fact_annotations
+from .spec.workload import (
+    JOB_DEADLINE_FLOOR_S,
+    JOB_DEADLINE_MAX_S,
+    MESSAGES_PER_JOB_MAX,
+    WorkloadFacts,
+    fact_annotations,
+    job_deadline_s,
+)
 
 if TYPE_CHECKING:
     from .existing import ExistingKeda
@@ -58,9 +65,10 @@ class ScaledJobSettings:
     """Job backoffLimit. Default 0: a failed pod is not retried inside the job; its message reappears after the
     visibility timeout and SQS's maxReceiveCount/dead-letter queue is the one retry budget. Pods killed by a node
     disruption (spot reclaim) do not count (podFailurePolicy Ignore on DisruptionTarget)."""
-    active_deadline_s: int = 3600
+    active_deadline_s: int = JOB_DEADLINE_FLOOR_S
     """Job activeDeadlineSeconds: a stuck job is stopped (and its message reappears). Default 3600; must exceed
-    model load + max_messages_per_job × seconds per item."""
+    model load + max_messages_per_job × seconds per item. `settings_for_batch` derives it from the batch size
+    (`workload.job_deadline_s`)."""
     scaling_strategy: str | None = None
     """None (default): the field is omitted (KEDA's default strategy) with scaleOnInFlight "true". 'accurate':
     with scaleOnInFlight "false". See the module docstring."""
@@ -70,15 +78,28 @@ _SETTINGS_RULES = [
     Rule("max_replica_count", is_int_between(1, 1000), "an int, 1-1000"),
     Rule("queue_length", lambda v: isinstance(v, str) and v.isdigit() and int(v) >= 1,
          "a whole number >= 1 as a string, e.g. \"1\""),
-    Rule("max_messages_per_job", is_int_between(1, 1000), "an int, 1-1000"),
+    Rule("max_messages_per_job", is_int_between(1, MESSAGES_PER_JOB_MAX), f"an int, 1-{MESSAGES_PER_JOB_MAX}"),
     Rule("polling_interval_s", is_int_between(5, 3600), "seconds, 5-3600"),
     Rule("successful_jobs_history_limit", is_int_between(0, 100), "an int, 0-100"),
     Rule("failed_jobs_history_limit", is_int_between(0, 100), "an int, 0-100"),
     Rule("backoff_limit", is_int_between(0, 10), "an int, 0-10"),
-    Rule("active_deadline_s", is_int_between(60, 7 * 24 * 3600), "seconds, 60-604800"),
+    Rule("active_deadline_s", is_int_between(60, JOB_DEADLINE_MAX_S), f"seconds, 60-{JOB_DEADLINE_MAX_S}"),
     Rule("scaling_strategy", lambda v: v in (None, "accurate"),
          "None (omit: KEDA's default strategy with in-flight counting) or 'accurate' (with scaleOnInFlight false)"),
 ]
+
+
+def settings_for_batch(messages_per_job: int, *, model_load_s: float, expected_processing_s: int,
+                       max_replica_count: int, polling_interval_s: int = KEDA_DEFAULT_POLLING_INTERVAL_S
+                       ) -> ScaledJobSettings:
+    """ScaledJobSettings for Jobs of `messages_per_job` messages: KEDA's `queueLength` and the worker's
+    `--max-messages` both that number (one Job per that many messages, each taking exactly that many), and the
+    Job's deadline `workload.job_deadline_s` (the model load plus that many times one message's declared processing
+    time; the visibility timeout stays per message, see there)."""
+    return ScaledJobSettings(
+        max_replica_count=max_replica_count, queue_length=str(messages_per_job), max_messages_per_job=messages_per_job,
+        polling_interval_s=polling_interval_s,
+        active_deadline_s=job_deadline_s(model_load_s, messages_per_job, expected_processing_s))
 
 
 def check_scaled_job_settings(s: ScaledJobSettings, facts: WorkloadFacts) -> None:

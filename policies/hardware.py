@@ -1,5 +1,11 @@
 """Stack rule `worker-image-gpu-support`: the worker image's torch build supports every GPU a GPU NodePool may launch,
-and the AMI's NVIDIA driver is new enough for its CUDA.
+and the AMI's NVIDIA driver is new enough for its CUDA; advisory `worker-image-unchecked`: a worker image the plan
+neither builds nor declares the CUDA of, which therefore could not be judged.
+
+The built-in image (a `docker-build:index:Image` from `worker/Dockerfile`, which a lab's own build extends) is judged
+by the catalogue's `TORCH_CUDA`. A lab's own image whose CUDA the stack declares (`gpuburst:workerImageCuda`, the pod
+template annotation `names.WORKER_IMAGE_CUDA_ANNOTATION`) is judged by that CUDA major's floors
+(`catalogue.CUDA_RUNTIME_FLOORS`); a prebuilt one that declares nothing is named once by the advisory.
 
 In a partial plan a GPU NodePool may boot another stack's EC2NodeClass: its AMI alias then comes from the facts
 (ExistingCluster nodeClasses[name].amiAlias), or the driver check yields an `Outside`.
@@ -7,20 +13,26 @@ In a partial plan a GPU NodePool may boot another stack's EC2NodeClass: its AMI 
 from __future__ import annotations
 
 import posixpath
-from typing import Any
+import re
+from typing import Any, NamedTuple
 
-from ._components import catalogue
-from .declare import scoped_policy
+from pulumi_policy import EnforcementLevel
+
+from ._components import WORKER_LABEL, catalogue, names
+from .declare import plan_policy, scoped_policy
 from .facts import WHOLE, Scope
 from .gpu_nodepool import gpu_evidence
 from .outside import Finding, Outside
-from .plan import Res
-from .resources import NODEPOOL_NODECLASS, dig
+from .plan import Res, describe_res
+from .resources import NODEPOOL_NODECLASS, POD_TEMPLATE_PATHS, dig, fmt, k8s_kind
 from .shapes import nodeclass_index, nodepool_shapes
 from .unknowns import UNKNOWN, unknown_message
 
 NAME = "worker-image-gpu-support"
+UNCHECKED_NAME = "worker-image-unchecked"
 IMAGE = "docker-build:index:Image"
+CUDA_ANNOTATION = names.WORKER_IMAGE_CUDA_ANNOTATION
+NAME_LABEL = "app.kubernetes.io/name"
 WORKER_DIR = posixpath.dirname(catalogue.WORKER_PYTHON_REQUIREMENTS)
 """The worker's directory (`worker`): an image whose Dockerfile lives there is the worker image."""
 LATEST_ALIAS = "al2023@latest"
@@ -42,6 +54,64 @@ def worker_images(resources: list[Res]) -> list[Res]:
     return out
 
 
+class Subject(NamedTuple):
+    """A worker image the rule judges, and what it needs of the GPU and the driver."""
+
+    what: str
+    """How messages name it (`worker image <name>`)."""
+    build: str
+    """Its build as messages say it (`torch 2.13.0, CUDA 13.0`)."""
+    facts: dict
+    """`min_compute_capability`, `min_driver`, `sources` (the shape of catalogue.TORCH_CUDA)."""
+
+
+_CUDA = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
+
+
+def _pod_templates(resources: list[Res]) -> list[tuple[Res, str, Any, Any]]:
+    """(resource, path of its pod template's metadata, that metadata, the pod spec) of every pod-bearing resource."""
+    out = []
+    for r in resources:
+        path = POD_TEMPLATE_PATHS.get(k8s_kind(r.type) or ("", ""))
+        if path is None:
+            continue
+        meta = dig(r.props, *path[:-1], "metadata")
+        out.append((r, meta.path, meta.value if isinstance(meta.value, dict) else {}, dig(r.props, *path).value))
+    return out
+
+
+def _images(pod: Any) -> list[str]:
+    containers = pod.get("containers") if isinstance(pod, dict) else None
+    return [c["image"] for c in containers or [] if isinstance(c, dict) and isinstance(c.get("image"), str)]
+
+
+def declared_subjects(resources: list[Res]) -> tuple[list[Subject], list[Finding]]:
+    """The lab images whose CUDA a pod template declares (CUDA_ANNOTATION), once per image and CUDA; a violation per
+    annotation that is not a CUDA version the catalogue's floors know."""
+    subjects: dict[tuple[str, str], Subject] = {}
+    bad: list[Finding] = []
+    floors = getattr(catalogue, "CUDA_RUNTIME_FLOORS", {})
+    for r, meta_path, meta, pod in _pod_templates(resources):
+        cuda = (meta.get("annotations") or {}).get(CUDA_ANNOTATION) if isinstance(meta.get("annotations"), dict) \
+            else None
+        if cuda is None:
+            continue
+        m = _CUDA.match(cuda) if isinstance(cuda, str) else None
+        if m is None or m.group(1) not in floors:
+            known = ", ".join(sorted(floors))
+            bad.append((r.urn, f"{describe_res(r)} {meta_path}.annotations[{CUDA_ANNOTATION!r}] = {fmt(cuda)}: not a "
+                               f"CUDA version MAJOR.MINOR of a major the catalogue knows ({known}); set "
+                               "gpuburst:workerImageCuda"))
+            continue
+        floor = floors[m.group(1)]
+        for image in _images(pod) or ["<unknown image>"]:
+            subjects.setdefault((image, cuda), Subject(
+                f"worker image {image!r}", f"CUDA {cuda}, declared by {CUDA_ANNOTATION}",
+                {"min_compute_capability": floor["min_compute_capability"], "min_driver": floor["min_driver"],
+                 "sources": getattr(catalogue, "CUDA_RUNTIME_FLOORS_SOURCE", "")}))
+    return list(subjects.values()), bad
+
+
 def _driver_major(version: Any) -> int | None:
     try:
         return int(str(version).strip().split(".")[0])
@@ -55,39 +125,52 @@ def _cc(cc: tuple[int, int]) -> str:
 
 def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cuda: dict | None = None,
                       driver: str | None = None, scope: Scope = WHOLE) -> list[Finding | Outside]:
-    """(urn, message) for every GPU the worker image's torch build cannot use on a GPU NodePool, and every GPU
-    NodePool whose AMI's driver is older than that build's CUDA needs. Facts default to the catalogue."""
+    """(urn, message) for every GPU a judged worker image (the built-in build, by `torch_cuda`; a lab image with a
+    declared CUDA, by its floors) cannot use on a GPU NodePool, and every GPU NodePool whose AMI's driver is older than
+    its CUDA needs. Facts default to the catalogue."""
     images = worker_images(resources)
-    if not images:
-        return []
+    declared, out = declared_subjects(resources)
+    if not images and not declared:
+        return list(out)
     torch_cuda = torch_cuda if torch_cuda is not None else getattr(catalogue, "TORCH_CUDA", None)
     driver = driver if driver is not None else getattr(catalogue, "AL2023_NVIDIA_DRIVER", None)
-    image = images[0]
-    if not torch_cuda:
-        return [(image.urn, f"worker image {image.name}: components.catalogue has no TORCH_CUDA facts, so this rule "
-                            "cannot check the GPUs and driver it needs; add them")]
-    build = f"torch {torch_cuda['torch']}, CUDA {torch_cuda['cuda']}"
-    min_cc = tuple(torch_cuda["min_compute_capability"])
-    sources = torch_cuda.get("sources", "")
+    subjects = list(declared)
+    if images:
+        image = images[0]
+        if not torch_cuda:
+            return [(image.urn, f"worker image {image.name}: components.catalogue has no TORCH_CUDA facts, so this "
+                                "rule cannot check the GPUs and driver it needs; add them")]
+        subjects.insert(0, Subject(f"worker image {image.name}", f"torch {torch_cuda['torch']}, CUDA "
+                                                                 f"{torch_cuda['cuda']}", torch_cuda))
     nodeclasses = nodeclass_index(resources)
+    shapes = [shape for shape in nodepool_shapes(resources, facts, scope) if gpu_evidence(shape.res.props)[0]]
+    for subject in subjects:
+        out += _subject_findings(subject, shapes, nodeclasses, driver, scope)
+    return out
+
+
+def _subject_findings(subject: Subject, shapes: list, nodeclasses: dict, driver: str | None,
+                      scope: Scope) -> list[Finding | Outside]:
+    what, build = subject.what, subject.build
+    min_cc = tuple(subject.facts["min_compute_capability"])
+    min_driver = subject.facts["min_driver"]
+    sources = subject.facts.get("sources", "")
     out: list[Finding | Outside] = []
-    for shape in nodepool_shapes(resources, facts, scope):
-        if not gpu_evidence(shape.res.props)[0]:
-            continue
+    for shape in shapes:
         excluded = getattr(catalogue, "EXCLUDED_INSTANCE_FAMILIES", {})
         for name in shape.missing_facts:
             family = name.split(".", 1)[0]
             why = (f"the catalogue excludes family {family}: {excluded[family]}" if family in excluded
                    else "components.catalogue.INSTANCE_TYPES does not describe it")
-            out.append((shape.res.urn, f"{shape.what} admits {name}, but {why}; so worker image {image.name} "
-                                       f"({build}, compute capability >= {min_cc[0]}.{min_cc[1]}) is not known to run "
-                                       f"on it; remove it from the pool (sources: {sources})"))
+            out.append((shape.res.urn, f"{shape.what} admits {name}, but {why}; so {what} ({build}, compute "
+                                       f"capability >= {min_cc[0]}.{min_cc[1]}) is not known to run on it; remove it "
+                                       f"from the pool (sources: {sources})"))
         for t in shape.types:
             if t.gpus and tuple(t.compute_capability) < min_cc:
-                out.append((shape.res.urn, f"worker image {image.name} ({build}) cannot run on {t.name} "
-                                           f"({t.gpu_name}, {_cc(t.compute_capability)}) admitted by {shape.what}: "
-                                           f"that build needs compute capability >= {min_cc[0]}.{min_cc[1]} "
-                                           f"({_cc(min_cc)}); remove {t.family} from the pool (sources: {sources})"))
+                out.append((shape.res.urn, f"{what} ({build}) cannot run on {t.name} ({t.gpu_name}, "
+                                           f"{_cc(t.compute_capability)}) admitted by {shape.what}: that build needs "
+                                           f"compute capability >= {min_cc[0]}.{min_cc[1]} ({_cc(min_cc)}); remove "
+                                           f"{t.family} from the pool (sources: {sources})"))
         nc_name = dig(shape.res.props, *NODEPOOL_NODECLASS).value
         nodeclass = nodeclasses.get(nc_name) if isinstance(nc_name, str) else None
         if nodeclass is None:
@@ -97,8 +180,8 @@ def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cud
             if alias is None:
                 out.append(Outside(shape.res.urn, f"{shape.what} boots EC2NodeClass {nc_name!r} (spec.template.spec."
                                                   "nodeClassRef.name), which is not in this plan: could not check "
-                                                  f"which NVIDIA driver its AMI gives worker image {image.name} "
-                                                  f"({build})", ("nodeClassAmiAlias",)))
+                                                  f"which NVIDIA driver its AMI gives {what} ({build})",
+                                   ("nodeClassAmiAlias",)))
                 continue
             aliases = [alias.value]
             terms_path, nc_label = alias.source, f"EC2NodeClass {nc_name!r} ({alias.source})"
@@ -118,18 +201,40 @@ def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cud
             if alias != LATEST_ALIAS:
                 out.append((shape.res.urn, f"{shape.what} boots {nc_label} on {alias!r}, whose "
                                            "NVIDIA driver components.catalogue does not record (only "
-                                           f"{LATEST_ALIAS}'s, AL2023_NVIDIA_DRIVER), so worker image "
-                                           f"{image.name} ({build}, driver >= {torch_cuda['min_driver']}) cannot "
-                                           "be checked; use al2023@latest or record that AMI's driver"))
+                                           f"{LATEST_ALIAS}'s, AL2023_NVIDIA_DRIVER), so {what} ({build}, driver >= "
+                                           f"{min_driver}) cannot be checked; use al2023@latest or record that AMI's "
+                                           "driver"))
                 continue
-            have, need = _driver_major(driver), _driver_major(torch_cuda["min_driver"])
+            have, need = _driver_major(driver), _driver_major(min_driver)
             if have is None or need is None or have < need:
-                out.append((shape.res.urn, f"worker image {image.name} ({build}) needs NVIDIA driver >= "
-                                           f"{torch_cuda['min_driver']} but {nc_label}"
+                out.append((shape.res.urn, f"{what} ({build}) needs NVIDIA driver >= {min_driver} but {nc_label}"
                                            f" ({alias}) of {shape.what} boots driver {driver}: CUDA fails to "
                                            f"initialise; use an older torch/CUDA build or a newer AMI (sources: "
                                            f"{sources})"))
     return out
+
+
+def unchecked_findings(resources: list[Res]) -> list[tuple[str | None, str]]:
+    """(urn, message) once per worker image (pods labelled app.kubernetes.io/name: WORKER_LABEL) that no image build
+    of the plan pushes and whose CUDA no annotation declares: `worker-image-gpu-support` could not judge it."""
+    built = {tag.rsplit(":", 1)[0] for r in resources if r.type == IMAGE
+             for tag in (dig(r.props, "tags").value or []) if isinstance(tag, str)}
+    seen: dict[str, list[Res]] = {}
+    for r, _path, meta, pod in _pod_templates(resources):
+        labels, annotations = meta.get("labels"), meta.get("annotations")
+        own = dig(r.props, "metadata", "labels", NAME_LABEL).value
+        if WORKER_LABEL not in ((labels or {}).get(NAME_LABEL) if isinstance(labels, dict) else None, own):
+            continue
+        if isinstance(annotations, dict) and CUDA_ANNOTATION in annotations:
+            continue
+        for image in _images(pod):
+            if image.split("@", 1)[0].rsplit(":", 1)[0] not in built and image.split("@", 1)[0] not in built:
+                seen.setdefault(image, []).append(r)
+    return [(users[0].urn, f"worker image {image!r} ({', '.join(describe_res(u) for u in users)}) is not built in this "
+                           f"plan and declares no CUDA ({CUDA_ANNOTATION}): whether its torch/CUDA build runs on the "
+                           "GPUs the NodePools admit and on the AMI's NVIDIA driver was not checked; set "
+                           "gpuburst:workerImageCuda (e.g. \"12.8\") for worker-image-gpu-support to check it")
+            for image, users in seen.items()]
 
 
 POLICY = scoped_policy(
@@ -137,4 +242,9 @@ POLICY = scoped_policy(
           "the AMI's NVIDIA driver must be new enough for its CUDA.",
     lambda resources, scope: hardware_findings(resources, scope=scope), ("nodeClassAmiAlias",))
 
-POLICIES = [POLICY]
+UNCHECKED_POLICY = plan_policy(
+    UNCHECKED_NAME, "Names once each worker image the plan neither builds nor declares the CUDA of, whose GPUs and "
+                    "driver worker-image-gpu-support could therefore not check.",
+    unchecked_findings, level=EnforcementLevel.ADVISORY)
+
+POLICIES = [POLICY, UNCHECKED_POLICY]

@@ -8,6 +8,14 @@
 - `keda-scaledjob-stateless`: a ScaledJob whose workload declares ordered or stateful processing (metadata
   annotations `gpuburst.io/ordered: "true"` / `gpuburst.io/stateful: "true"`) runs every message in a fresh Job with
   no order and no carried state: such work belongs in the persistent consumer (GpuConsumer Deployment).
+- `scaledjob-messages-per-job`: a ScaledJob's `aws-sqs-queue` trigger `queueLength` (KEDA's default 5 when unset) equals
+  the `--max-messages` its pods' worker runs with, when the command says one: KEDA starts one Job per `queueLength`
+  messages and each Job takes `--max-messages`, so a mismatch leaves messages waiting for later polls or starts Jobs
+  that find the queue empty (`gpuburst:workloads.<name>.messagesPerJob` sets both).
+- `worker-host-path`: no worker pod declares a `hostPath` volume (the workers' namespace is Pod Security `restricted`,
+  which refuses it at admission), and the only `hostPath` PersistentVolume is the model cache's: its one folder
+  (`names.MODEL_CACHE_HOST_PATH`, `type: Directory`), bound to the cache's claim (`names.MODEL_CACHE_CLAIM`). A
+  hostPath volume is how a `restricted` pod would reach a node's disk through a claim; this keeps that to one folder.
 - `gpu-pod-placement`: a pod that requests `nvidia.com/gpu` (ScaledJob job template, Deployment, StatefulSet,
   DaemonSet, ReplicaSet, Job, CronJob, Pod) tolerates the GPU nodes' `nvidia.com/gpu` NoSchedule taint (or it never
   schedules) and does not pin one instance type through `nodeSelector` or required node affinity (or it waits
@@ -18,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ._components import GPU_PRESENT_LABEL, GPU_RESOURCE, GPU_TAINT, GPU_TOLERATION
+from ._components import GPU_PRESENT_LABEL, GPU_RESOURCE, GPU_TAINT, GPU_TOLERATION, WORKER_LABEL, catalogue, names
 from .declare import resource_policy
 from .plan import Res
 from .resources import (
@@ -26,6 +34,7 @@ from .resources import (
     SCALED_JOB,
     SCALED_OBJECT,
     SQS_TRIGGER_TYPE,
+    as_int,
     as_number,
     dig,
     enumerate_at,
@@ -42,6 +51,11 @@ AUTH_NAME = "keda-sqs-trigger-auth"
 ROLLOUT_NAME = "keda-scaledjob-rollout"
 STATELESS_NAME = "keda-scaledjob-stateless"
 PLACEMENT_NAME = "gpu-pod-placement"
+BATCH_NAME = "scaledjob-messages-per-job"
+HOST_PATH_NAME = "worker-host-path"
+PERSISTENT_VOLUME = ("core", "PersistentVolume")
+MAX_MESSAGES_FLAG = "--max-messages"
+"""The worker's flag for the messages one Job takes (`python -m worker consume --mode job --max-messages N`)."""
 
 INLINE_CREDENTIAL_KEYS = ("awsAccessKeyID", "awsSecretAccessKey", "awsSessionToken",
                           "awsAccessKeyIDFromEnv", "awsSecretAccessKeyFromEnv", "awsSessionTokenFromEnv")
@@ -115,6 +129,110 @@ def stateless_problems(props: Any) -> list[str]:
             out.append(f"{found.path} = {fmt(found.value)}: a ScaledJob runs each message in a new Job, with no order "
                        f"and no state carried between messages; {USE_CONSUMER}")
     return out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# scaledjob-messages-per-job
+# --------------------------------------------------------------------------------------------------------------------
+
+def max_messages(pod: Any, path: str) -> tuple[list[tuple[str, Any]], list[str]]:
+    """((path, value) of each `--max-messages N` / `--max-messages=N` in the pod's containers' command and args,
+    paths of the unknowns that could hide one)."""
+    found: list[tuple[str, Any]] = []
+    unknown: list[str] = []
+    containers = dig(pod, "containers", base=path)
+    if containers.unknown:
+        return [], [containers.path]
+    for cpath, container in enumerate_at(containers):
+        if container is UNKNOWN:
+            unknown.append(cpath)
+            continue
+        for field in ("command", "args"):
+            argv = dig(container, field, base=cpath)
+            if argv.unknown:
+                unknown.append(argv.path)
+                continue
+            items = argv.value if isinstance(argv.value, list) else []
+            for i, arg in enumerate(items):
+                if arg == MAX_MESSAGES_FLAG:
+                    nxt = items[i + 1] if i + 1 < len(items) else None
+                    if nxt is UNKNOWN:
+                        unknown.append(join_path(argv.path, i + 1))
+                    else:
+                        found.append((join_path(argv.path, i + 1), nxt))
+                elif isinstance(arg, str) and arg.startswith(MAX_MESSAGES_FLAG + "="):
+                    found.append((join_path(argv.path, i), arg.split("=", 1)[1]))
+    return found, unknown
+
+
+def batch_problems(props: Any) -> list[str]:
+    """Why this ScaledJob (plain props) starts Jobs for a number of messages other than its worker takes."""
+    pod = dig(props, *POD_TEMPLATE_PATHS[SCALED_JOB])
+    if pod.missing:
+        return []
+    if pod.unknown:
+        return [unknown_message(pod.path, f"the {MAX_MESSAGES_FLAG} its worker runs with")]
+    flags, unknown = max_messages(pod.value, pod.path)
+    if not flags:
+        return [unknown_message(p, f"whether its worker runs with {MAX_MESSAGES_FLAG}") for p in unknown]
+    found, unknown_triggers = triggers(props)
+    out = [unknown_message(p, "the trigger's queueLength") for p in unknown_triggers]
+    default = catalogue.KEDA_SQS_DEFAULT_QUEUE_LENGTH
+    for tpath, trig in found:
+        if trig.get("type") != SQS_TRIGGER_TYPE:
+            continue
+        length = dig(trig, "metadata", "queueLength", base=tpath)
+        if length.unknown:
+            out.append(unknown_message(length.path, f"whether it equals the worker's {MAX_MESSAGES_FLAG}"))
+            continue
+        per_job = default if length.missing else as_int(length.value)
+        said = f"is unset (KEDA's default {default})" if length.missing else f"= {fmt(length.value)}"
+        for fpath, value in flags:
+            if per_job is None or as_int(value) != per_job:
+                out.append(f"{length.path} {said} but {fpath} ({MAX_MESSAGES_FLAG}) = {fmt(value)}: KEDA starts one "
+                           f"Job per queueLength messages and each Job takes {MAX_MESSAGES_FLAG}, so a mismatch leaves "
+                           "messages waiting for later polls or starts Jobs that find the queue empty; set both to "
+                           "the same number (gpuburst:workloads.<name>.messagesPerJob)")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# worker-host-path
+# --------------------------------------------------------------------------------------------------------------------
+
+def _is_worker(res: Res, kind: tuple[str, str]) -> bool:
+    labels = dig(res.props, *POD_TEMPLATE_PATHS[kind][:-1], "metadata", "labels").value
+    own = dig(res.props, "metadata", "labels", "app.kubernetes.io/name").value
+    return WORKER_LABEL in ((labels or {}).get("app.kubernetes.io/name") if isinstance(labels, dict) else None, own)
+
+
+def host_path_problems(res: Res) -> list[str]:
+    """Why a worker pod (a hostPath volume) or a PersistentVolume (a hostPath other than the model cache's) opens
+    the node's disk to the workers."""
+    kind = k8s_kind(res.type)
+    if kind == PERSISTENT_VOLUME:
+        host = dig(res.props, "spec", "hostPath")
+        if host.missing:
+            return []
+        path, kind_of, claim = (dig(host.value, "path", base=host.path), dig(host.value, "type", base=host.path),
+                                dig(res.props, "spec", "claimRef", "name"))
+        unknown = [f.path for f in (path, kind_of, claim) if f.unknown]
+        if unknown:
+            return [unknown_message(unknown[0], "whether the hostPath volume is the model cache's folder")]
+        want = (names.MODEL_CACHE_HOST_PATH, "Directory", names.MODEL_CACHE_CLAIM)
+        if (path.value, kind_of.value, claim.value) == want:
+            return []
+        return [f"{host.path} = {fmt(host.value)} (claimRef.name {fmt(claim.value)}): a hostPath PersistentVolume lets "
+                "any pod of the claim's namespace, `restricted` or not, reach that node folder; the only one allowed "
+                f"is the model cache: path {want[0]!r}, type {want[1]!r}, bound to claim {want[2]!r}"]
+    if kind not in POD_TEMPLATE_PATHS or not _is_worker(res, kind):
+        return []
+    volumes = dig(res.props, *POD_TEMPLATE_PATHS[kind], "volumes")
+    if volumes.unknown:
+        return [unknown_message(volumes.path, "whether a worker pod mounts a node folder")]
+    return [f"{vpath}.hostPath = {fmt(volume['hostPath'])}: a worker pod may not mount a node folder (the namespace's "
+            "Pod Security `restricted` refuses it at admission); the model cache reaches it through its claim"
+            for vpath, volume in enumerate_at(volumes) if isinstance(volume, dict) and "hostPath" in volume]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -233,8 +351,15 @@ ROLLOUT_POLICY = resource_policy(
 STATELESS_POLICY = resource_policy(
     STATELESS_NAME, "A ScaledJob must not run ordered or stateful work; " + USE_CONSUMER + ".", (SCALED_JOB,),
     lambda r: stateless_problems(r.props))
+BATCH_POLICY = resource_policy(
+    BATCH_NAME, f"A ScaledJob's aws-sqs-queue queueLength must equal its worker's {MAX_MESSAGES_FLAG}.",
+    (SCALED_JOB,), lambda r: batch_problems(r.props))
+HOST_PATH_POLICY = resource_policy(
+    HOST_PATH_NAME, "A worker pod must not declare a hostPath volume; the only hostPath PersistentVolume is the model "
+                    "cache's one folder, bound to its claim.", (*POD_TEMPLATE_PATHS, PERSISTENT_VOLUME),
+    host_path_problems)
 PLACEMENT_POLICY = resource_policy(
     PLACEMENT_NAME, f"A pod requesting {GPU_RESOURCE} must tolerate the {GPU_TAINT['key']} taint and must not pin "
                     "a single instance type.", POD_TEMPLATE_PATHS, _placement)
 
-POLICIES = [AUTH_POLICY, ROLLOUT_POLICY, STATELESS_POLICY, PLACEMENT_POLICY]
+POLICIES = [AUTH_POLICY, ROLLOUT_POLICY, STATELESS_POLICY, BATCH_POLICY, HOST_PATH_POLICY, PLACEMENT_POLICY]

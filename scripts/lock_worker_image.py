@@ -1,8 +1,8 @@
 """Maintainers' tool: re-lock the worker image's Python layers (worker/image/*.txt) from worker/requirements.txt.
 
-Needs the network (PyPI) and pip; run it after changing a pin in worker/requirements.txt, then paste the printed
-`WORKER_IMAGE_LAYER_BYTES` table into components/catalogue/pins.py and commit all of it together (the tests check that
-the lock, the pins and the sizes agree):
+Needs the network (PyPI) and pip; run it after changing a pin in worker/requirements.txt, then build and measure the
+image (`make image`) and copy its measured sizes (out/image/measurement.json) into `WORKER_IMAGE_LAYER_BYTES` in
+components/catalogue/pins.py; commit all of it together (the tests check that the lock, the pins and the sizes agree):
 
     python3 scripts/lock_worker_image.py
 
@@ -10,7 +10,7 @@ It resolves the pins for the image's platform (Linux x86-64, CPython 3.11, manyl
 resolver (`pip install --dry-run --report`, which reads wheel metadata only: nothing multi-GB is downloaded), splits
 the closure into the layers of `LAYERS` (everything not named there goes into the last one) and writes one hash-pinned
 requirements file per layer, each line ending in a comment with the wheel's file name and size from PyPI's simple index
-(PEP 691 JSON, PEP 700 `size`); it prints each layer's total, the catalogue's expected compressed layer sizes.
+(PEP 691 JSON, PEP 700 `size`); it prints each layer's wheel total, the floor of its measured compressed size.
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def main() -> int:
             lines.append(f"{name}=={version} --hash=sha256:{sha256}  # {filename} {size} bytes")
         (IMAGE_DIR / layer).write_text("\n".join(lines) + "\n")
         totals[layer] = sum(r[4] for r in chosen)
-    print("WORKER_IMAGE_LAYER_BYTES: dict[str, int] = {")
+    print("wheel bytes per layer (`make image` measures the real layers for WORKER_IMAGE_LAYER_BYTES) = {")
     for layer, size in totals.items():
         print(f"    {layer!r}: {size:_},")
     print("}")

@@ -24,6 +24,10 @@ __all__ = [
     "instance_type_problem",
     "TORCH_CUDA",
     "AL2023_NVIDIA_DRIVER",
+    "CUDA_RUNTIME_FLOORS",
+    "CUDA_RUNTIME_FLOORS_SOURCE",
+    "MODEL_CACHE_DEFAULT_GIB",
+    "MODEL_CACHE_MAX_GIB",
 ]
 
 INSTANCE_FACTS_SOURCE = (
@@ -208,3 +212,31 @@ Source: awslabs/amazon-eks-ami #2470 (AL2023 NVIDIA 580 upgrade schedule; 1.34 f
 EKS user guide's note that the accelerated AMIs "currently include NVIDIA driver version 580" (quoted in NVIDIA/aicr
 #2743). Not checked against a live SSM parameter offline: `verify`'s gpu-job reports the driver a node really runs."""
 
+
+CUDA_RUNTIME_FLOORS: dict[str, dict] = {
+    "12": {"min_driver": "525", "min_compute_capability": (5, 0)},
+    "13": {"min_driver": "580", "min_compute_capability": (7, 5)},
+}
+"""What any build for a CUDA major version needs at least, by major version: the driver branch of its minor-version
+compatibility, and the oldest GPU architecture its toolkit still compiles for. The policy pack judges a lab's own
+worker image by these when the stack declares its CUDA (`gpuburst:workerImageCuda`); an image's own build list can
+only be narrower (the built-in image is judged by `TORCH_CUDA`)."""
+
+CUDA_RUNTIME_FLOORS_SOURCE = (
+    "NVIDIA CUDA Toolkit release notes: Table 3, minor version compatibility (CUDA 12.x needs driver >= 525.60.13, "
+    "CUDA 13.x >= 580); CUDA 12.0 removed Kepler (sm_3x), CUDA 13.0 removed Maxwell, Pascal and Volta (sm_50-sm_72)")
+"""Where `CUDA_RUNTIME_FLOORS` comes from (error messages quote it)."""
+
+# --------------------------------------------------------------------------------------------------------------------
+# The node-local model cache (a lab's model fetched from S3 by digest, kept on the GPU node between Jobs).
+# --------------------------------------------------------------------------------------------------------------------
+
+MODEL_CACHE_DEFAULT_GIB = 20
+"""GiB one workload's model cache may hold on a GPU node unless the workload sets `model.cacheGiB`: a few versions of
+a 3 GB model. The cache shares the node's local NVMe (or root volume) with the pods' scratch (50 GiB per worker pod by
+default); the smallest NVMe of the catalogued types is 125 GB (g4dn.xlarge, one GPU pod)."""
+
+MODEL_CACHE_MAX_GIB = 1000
+"""Most GiB `model.cacheGiB` may set: hundreds of versions of a 3 GB model, already more than most catalogued types'
+local NVMe (125-3800 GB); a larger figure is a mistake of units, and a cache that fills the disk makes kubelet evict
+the pods that share it."""

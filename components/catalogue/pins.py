@@ -53,23 +53,29 @@ WORKER_BASE_IMAGE_BYTES = 42_000_000
 ~42 MB (Debian 12 slim ~28 MB + CPython ~14 MB, as Docker Hub lists the 3.11-slim-bookworm tags)."""
 
 WORKER_IMAGE_LAYER_BYTES: dict[str, int] = {
-    # Written by scripts/lock_worker_image.py; tests/components/test_image_layers.py re-adds the sizes recorded in
-    # worker/image/*.txt and fails when a re-lock was not copied here.
-    "10-cublas.txt": 423_138_758,
-    "11-cudnn.txt": 366_173_588,
-    "12-cufft-curand.txt": 273_629_747,
-    "13-nccl-nvshmem.txt": 266_388_546,
-    "14-cusolver.txt": 200_941_980,
-    "15-cusparse.txt": 316_091_523,
-    "16-cuda-small.txt": 159_644_791,
-    "20-triton.txt": 197_701_306,
-    "30-torch.txt": 526_574_961,
-    "40-worker.txt": 85_029_107,
+    # Measured build, 2026-12: `make image` (scripts/build_image.py) with podman 4.3 (buildah underneath, --layers,
+    # runc) on the offline stand-in base (Debian 12 minbase + CPython 3.11.2; the Python layers do not depend on it).
+    # Each figure is the layer's gzip blob as `podman push --compression-format gzip` writes it: what a registry
+    # receives and a node pulls. tests/components/test_image_layers.py holds each within x0.98-1.5 of its lock file's
+    # wheel sizes, so a re-lock without a re-measure fails. 40-worker is +40 % over its wheels: the .pyc pip compiles
+    # at install (3,719 files, 103 MB unpacked, 31 MB gzip), kept on purpose: the root filesystem is read-only at run
+    # time, so without them every process start compiles what it imports in memory (the worker's imports measured
+    # 7.8 s without any .pyc against 3.5 s with them, for ~0.1 s more of parallel pull).
+    "10-cublas.txt": 434_090_604,
+    "11-cudnn.txt": 369_951_746,
+    "12-cufft-curand.txt": 280_707_437,
+    "13-nccl-nvshmem.txt": 268_580_923,
+    "14-cusolver.txt": 202_205_596,
+    "15-cusparse.txt": 319_440_970,
+    "16-cuda-small.txt": 168_094_999,
+    "20-triton.txt": 209_219_193,
+    "30-torch.txt": 552_431_293,
+    "40-worker.txt": 118_601_357,
 }
-"""Expected compressed size in bytes of each Python layer of the worker image (one per worker/image lock file): the
-sum of its wheels' sizes on PyPI (the simple index's PEP 700 `size`, read 2026-12-01). A layer is a gzip of the
-unpacked wheels, so its size is close to but not exactly this (an estimate). Whole image: these plus
-`WORKER_BASE_IMAGE_BYTES` and the worker's own code (< 1 MB): ~2.86 GB compressed, largest layer torch at 0.53 GB."""
+"""Compressed size in bytes of each Python layer of the worker image (one per worker/image lock file), measured on a
+real build (the comment above; `make image` prints its own measurement beside these figures). Whole image: these plus
+`WORKER_BASE_IMAGE_BYTES` and the worker's own code (~1.1 MB measured): ~2.97 GB compressed, largest layer torch at
+0.55 GB."""
 
 WORKER_CODE_LAYER_BYTES = 2_000_000
 """Upper bound of the worker's own layers (worker/ sources, the built-in model, bytecode), in bytes; a test holds the

@@ -19,6 +19,7 @@ __all__ = [
     "KEDA_PROVIDER_HISTORY",
     "KEDA_DEPRECATED_PROVIDERS",
     "KEDA_DEFAULT_POLLING_INTERVAL_S",
+    "KEDA_SQS_DEFAULT_QUEUE_LENGTH",
     "KEDA_IDENTITY_OWNERS",
     "KEDA_SCALING_STRATEGIES",
     "KEDA_ROLLOUT_STRATEGIES",
@@ -130,6 +131,10 @@ KEDA_DEPRECATED_PROVIDERS: dict[str, str] = {
 
 KEDA_DEFAULT_POLLING_INTERVAL_S = 30
 """KEDA's default ScaledJob/ScaledObject `spec.pollingInterval`, seconds, when a manifest sets none (KEDA docs)."""
+
+KEDA_SQS_DEFAULT_QUEUE_LENGTH = 5
+"""The `aws-sqs-queue` trigger's `queueLength` when its metadata sets none: messages per Job (or per replica) in
+KEDA's arithmetic (KEDA docs, AWS SQS Queue scaler: "queueLength ... Default: 5")."""
 
 KEDA_IDENTITY_OWNERS = ("keda", "workload")
 """Values of `podIdentity.identityOwner` (provider `aws`, mutually exclusive with roleArn)."""

@@ -28,6 +28,12 @@ __all__ = [
     "WARM_NODE_POD_TO_SERVING_S",
     "SPOT_PRICE_FRACTION",
     "BILLING_MINIMUM_S",
+    "WORKER_EMPTY_RECEIVE_S",
+    "MODEL_BYTES_ASSUMED",
+    "MODEL_FETCH_BYTES_PER_S",
+    "MODEL_HASH_BYTES_PER_S",
+    "model_fetch_seconds",
+    "model_cache_hit_seconds",
 ]
 
 @dataclass(frozen=True)
@@ -105,13 +111,22 @@ STAGE_DURATIONS: dict[str, StageDuration] = {s.stage: s for s in (
     StageDuration("ec2_ready", 40, f"EC2 launch to node Ready: {_DATA_ON_EKS}"),
     StageDuration("gpu_registered", 36, f"node Ready to nvidia.com/gpu allocatable (device plugin): {_DATA_ON_EKS}"),
     StageDuration("image_pull", round(image_pull_seconds(worker_image_bytes(), parallel=True)),
-                  "the worker image (WORKER_IMAGE_LAYER_BYTES: ~2.86 GB compressed, largest layer 0.53 GB) pulled in "
+                  "the worker image (WORKER_IMAGE_LAYER_BYTES: ~2.97 GB compressed, largest layer 0.55 GB) pulled in "
                   "parallel (FastImagePull on the NVMe RAID0, the stack's default) at PULL_PARALLEL_BYTES_PER_S "
                   "(karpenter-blueprints, 9.35 GB in 40 s); without FastImagePull the planner uses one stream at "
                   f"PULL_ONE_STREAM_BYTES_PER_S (11.6 GB in 2 min 01 s: {_DATA_ON_EKS})"),
+    StageDuration("model_fetch", 0,
+                  "0 s: the model is in the worker image, which the image pull brought; a workload with its own "
+                  "`model: {uri, sha256}` pays, on the FIRST Job of each node only, the model's S3 fetch into the "
+                  "node-local cache (model_fetch_seconds: MODEL_BYTES_ASSUMED at MODEL_FETCH_BYTES_PER_S, one "
+                  "GetObject stream hashed as it arrives: ~31 s for 3 GB)"),
+    StageDuration("model_cache_hit", 0,
+                  "0 s: the model is in the worker image; with a workload's own `model`, every LATER Job on a node "
+                  "reads the cached file and checks its SHA-256 before loading it (model_cache_hit_seconds: "
+                  "MODEL_BYTES_ASSUMED at MODEL_HASH_BYTES_PER_S, ~6 s for 3 GB on the NVMe RAID0)"),
 )}
-"""Default durations of the node and image stages of a cold start (the model load is the workload's `modelLoadS`,
-inference its `secondsPerItem`); `plan-burst --set STAGE=SECONDS` overrides any of them."""
+"""Default durations of the node and image stages of a cold start, and of the model's fetch (the model load is the
+workload's `modelLoadS`, inference its `secondsPerItem`); `plan-burst --set STAGE=SECONDS` overrides any of them."""
 
 FRESH_NODE_POD_TO_SERVING_S = 393
 """Published total, pod created to serving on a fresh node (6 min 33 s; data-on-eks, see `STAGE_DURATIONS`): the node
@@ -128,3 +143,48 @@ persistent consumer always runs on on-demand."""
 BILLING_MINIMUM_S = 60
 """EC2 per-second billing (Linux) with a 60 s minimum per instance launch."""
 
+
+WORKER_EMPTY_RECEIVE_S = 20
+"""Seconds a ScaledJob's worker waits on an empty queue before it exits: its SQS long poll (`--wait-time`, default 20
+s, SQS's longest; worker/consumer_settings.py `wait_time_s`, and the queues' ReceiveMessageWaitTimeSeconds). A Job
+with messages per Job above 1 that finds the queue drained pays it once, at its end; one that reaches
+`--max-messages` exits at once."""
+
+MODEL_BYTES_ASSUMED = 3_000_000_000
+"""ASSUMPTION: the size of a lab's own model (`gpuburst:workloads.<name>.model`), which the stack does not state: the
+seed's models are 3 GB and load in 45 s (issue 17). `plan-burst --set model_fetch=SECONDS` replaces the fetch it
+implies."""
+
+MODEL_FETCH_BYTES_PER_S = PULL_ONE_STREAM_BYTES_PER_S
+"""Bytes per second of the first Job's model fetch on a node: the worker streams the object with ONE GetObject into
+the node-local cache, hashing it as it writes (worker/models/model_store.py), so the rate of one HTTP stream from S3
+to a node applies, the measured one of `PULL_ONE_STREAM_BYTES_PER_S` (~96 MB/s: data-on-eks' image pull, whose
+layers ECR serves from S3). S3 allows up to 5 Gbit/s per connection ("Maximizing Amazon S3 transfer throughput to
+Amazon EC2 instances", AWS re:Post): the client, not S3, sets the rate. 3 GB: ~31 s."""
+
+MODEL_HASH_BYTES_PER_S = 0.5e9
+"""ASSUMPTION: bytes per second at which a later Job re-checks the cached model's SHA-256 before loading it (the
+worker trusts no file another pod could have written): hashlib on one core without the x86 SHA extensions (g4dn's
+Cascade Lake has none), ~0.5 GB/s; cores with them hash ~3x faster (docs/worker.md: a 3 GB file in ~2 s). 3 GB: 6 s."""
+
+
+def _model_rate(rate: float, on_nvme: bool) -> float:
+    """`rate`, or at most the gp3 root volume's baseline when the cache is not on the NVMe RAID0."""
+    return rate if on_nvme else min(rate, GP3_BASELINE_THROUGHPUT_MIBPS * 1024 * 1024)
+
+
+def model_fetch_seconds(model_bytes: float = MODEL_BYTES_ASSUMED, *, on_nvme: bool = True) -> float:
+    """Seconds for the first Job on a node to fetch a model of `model_bytes` from S3 into the node-local cache,
+    hashing it as it streams (MODEL_FETCH_BYTES_PER_S; bounded by the gp3 root volume when the cache is not on the
+    NVMe RAID0, `on_nvme` False)."""
+    if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)) or model_bytes < 0:
+        raise ValueError(f"model_bytes: {model_bytes!r} is not valid: bytes >= 0")
+    return model_bytes / _model_rate(MODEL_FETCH_BYTES_PER_S, on_nvme)
+
+
+def model_cache_hit_seconds(model_bytes: float = MODEL_BYTES_ASSUMED, *, on_nvme: bool = True) -> float:
+    """Seconds for a later Job on a node to read the cached model and check its digest (MODEL_HASH_BYTES_PER_S, or
+    the gp3 root volume's read rate when lower)."""
+    if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)) or model_bytes < 0:
+        raise ValueError(f"model_bytes: {model_bytes!r} is not valid: bytes >= 0")
+    return model_bytes / _model_rate(MODEL_HASH_BYTES_PER_S, on_nvme)

@@ -15,6 +15,15 @@ from ..catalogue.network import PRIVATE_IPV4_RANGES
 from ..planning.chooser import require_pattern
 from ..spec.validation import ConfigError, Rule, is_cdi_feature_flag, is_int_between, validate
 from ..spec.worker_pod import image_digest_problem
+from .artifacts import (
+    artifact_workload_rules,
+    check_batch,
+    check_image_keys,
+    parse_model,
+    parse_worker_build,
+    parse_worker_image,
+    parse_worker_image_cuda,
+)
 from .stack import BURST_BUDGET_MAX_S, NAMESPACE, WARM_GPUS_MAX, BurstBudget, StackConfig, WarmGpus, WorkloadConfig
 
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
@@ -159,6 +168,9 @@ _KEYS: dict[str, str] = {
     "warmGpus": "warm_gpus",
     "burstBudget": "burst_budget",
     "verifyImage": "verify_image",
+    "workerImage": "worker_image",
+    "workerBuild": "worker_build",
+    "workerImageCuda": "worker_image_cuda",
 }
 
 
@@ -166,6 +178,7 @@ _WORKLOAD_KEYS: dict[str, str] = {
     "itemsIndependent": "items_independent", "ordered": "ordered", "stateful": "stateful",
     "modelLoadS": "model_load_s", "secondsPerItem": "seconds_per_item", "burstItems": "burst_items",
     "expectedProcessingS": "expected_processing_s", "maxReplicas": "max_replicas", "pattern": "pattern",
+    "messagesPerJob": "messages_per_job", "precision": "precision", "model": "model",
 }
 
 
@@ -270,6 +283,7 @@ def _workload_rules() -> list[Rule]:
              "seconds from 1 to 21600 (twice this is the visibility timeout; SQS allows at most 43200)"),
         Rule("maxReplicas", is_int_between(1, 1000), "an integer from 1 to 1000"),
         Rule("pattern", lambda v: v is None or v in ("scaledjob", "consumer"), "scaledjob or consumer (or unset)"),
+        *artifact_workload_rules(),
     ]
 
 
@@ -301,10 +315,12 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
             raise ConfigError(full_key, _decode(raw_value), f"unknown config key; {hint}")
         values[key] = _decode(raw_value)
         # A YAML value like `2` or `true` for a string field comes back decoded; keep version strings as strings.
-        if key in ("kubernetesVersion", "karpenterVersion", "kedaVersion") and isinstance(values[key], (int, float)):
+        if key in ("kubernetesVersion", "karpenterVersion", "kedaVersion", "workerImageCuda") \
+                and isinstance(values[key], (int, float)):
             values[key] = str(raw_value)
     values.setdefault("environment", stack)
     validate(values, _rules(values), prefix)
+    check_image_keys(values)
     for instance in values.get("gpuInstanceTypes", ()):
         expectation = catalogue.instance_type_expectation(instance)
         if expectation is not None:
@@ -322,6 +338,8 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
             kwargs[name] = _parse_warm_gpus(value)
         elif name == "burst_budget":
             kwargs[name] = _parse_burst_budget(value)
+        elif name in _ARTIFACT_PARSERS:
+            kwargs[name] = _ARTIFACT_PARSERS[name](value)
         elif isinstance(value, list):
             kwargs[name] = tuple(value)
         else:
@@ -384,18 +402,26 @@ def _parse_workload(name: str, facts: Any) -> WorkloadConfig:
             raise ConfigError(f"{where}.{key}", facts[key], f"unknown workload key; known keys: "
                                                              f"{catalogue.join(_WORKLOAD_KEYS)}")
     validate(facts, _workload_rules(), where + ".")
-    workload = WorkloadConfig(name=name, **{_WORKLOAD_KEYS[k]: v for k, v in facts.items()})
+    fields = {_WORKLOAD_KEYS[k]: v for k, v in facts.items()}
+    if "model" in facts:
+        fields["model"] = parse_model(where, facts["model"])
+    workload = WorkloadConfig(name=name, **fields)
     if workload.pattern is not None:
         try:
-            require_pattern(workload.facts(), workload.pattern)
+            require_pattern(workload.facts(), workload.pattern, messages_per_job=workload.messages_per_job)
         except ConfigError as e:  # said in the stack's words: the key and value the user wrote
             fact = e.field.rpartition(".")[2]
             key = _FACT_KEYS.get(fact, fact)
             raise ConfigError(f"{where}.pattern", workload.pattern,
                               f"{where}.{key} is {json.dumps(e.value)}, so {e.expected}; set pattern: consumer, or "
                               "leave it out and let the chooser decide") from None
+    check_batch(where, workload, written="messagesPerJob" in facts)
     return workload
 
+
+_ARTIFACT_PARSERS = {"worker_image": parse_worker_image, "worker_build": parse_worker_build,
+                     "worker_image_cuda": parse_worker_image_cuda}
+"""StackConfig fields whose keys `artifacts` parses (the worker image)."""
 
 _FACT_KEYS = {"ordered": "ordered", "state_across_messages": "stateful", "items_independent": "itemsIndependent"}
 """WorkloadFacts field -> the workload key that states it in the stack's config."""

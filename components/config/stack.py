@@ -24,6 +24,9 @@ class ModelSource:
     kms_key_arn: str | None = None
     """The KMS key the object is encrypted with, when it is a customer-managed key: the worker role gets
     `kms:Decrypt` on it. Default: None (SSE-S3 or the bucket's default)."""
+    cache_gib: int = catalogue.MODEL_CACHE_DEFAULT_GIB
+    """GiB the workload's node-local model cache may hold on one GPU node (`model.cacheGiB`; env MODEL_CACHE_MAX_BYTES:
+    the worker deletes the least recently used models beyond it). Default: catalogue.MODEL_CACHE_DEFAULT_GIB (20)."""
 
     @property
     def bucket(self) -> str:
@@ -50,7 +53,10 @@ class WorkloadConfig:
     stateful: bool = False
     """True when state is carried from one message to the next (per-study state). Default: False."""
     model_load_s: float = 45.0
-    """Seconds to load the model in a fresh process (the cold start a Job pays per message). Default: 45."""
+    """Seconds from the worker's start to the model on the GPU, with the model file already on the node and its digest
+    checked: every Job pays it once (per message when messagesPerJob is 1). With a lab's `model`, the first Job on a
+    node also downloads it and later Jobs re-hash the cached copy (the planner's `model_fetch` and `model_cache_hit`
+    stages). Default: 45."""
     seconds_per_item: float = 8.0
     """Seconds of GPU work per message once the model is loaded. Default: 8."""
     burst_items: int = 20
@@ -85,7 +91,8 @@ class WorkloadConfig:
         """True when the workload runs as the persistent consumer (forced, required by its facts, or chosen)."""
         if self.pattern == "consumer" or parallel_blocker(self.facts()) is not None:
             return True
-        return self.pattern is None and choose_pattern(self.facts()).pattern == "consumer"
+        return self.pattern is None and choose_pattern(
+            self.facts(), messages_per_job=self.messages_per_job).pattern == "consumer"
 
 
 WARM_GPUS_MAX = 64
@@ -106,6 +113,18 @@ class WarmGpus:
     Required."""
     timezone: str
     """IANA time zone of `start` and `end`, e.g. Europe/London (checked with zoneinfo). Required."""
+
+
+@dataclass(frozen=True)
+class WorkerBuild:
+    """The lab's own worker image, built by the stack from the lab's Dockerfile (`workerBuild`)."""
+
+    context: str
+    """The build context folder, relative to the project folder (where `pulumi` runs the program). Required."""
+    dockerfile: str = "Dockerfile"
+    """The Dockerfile, relative to `context`. Its last stage starts `FROM ${GPUBURST_WORKER_IMAGE}` (the built-in
+    worker image, which the stack builds first and hands over as that build argument) unless the stack declares
+    `workerImageCuda`. Default: `Dockerfile`."""
 
 
 BURST_BUDGET_MAX_S = 86_400
@@ -217,6 +236,19 @@ class StackConfig:
     """An image with gpuburst installed (`python -m gpuburst verify`), pinned by digest: the VerifyRunner's hook Job
     (verify after every `pulumi up` that changes a guarded version) runs in it. The worker image ships worker/ only,
     so it cannot. Default: None (no VerifyRunner)."""
+    worker_image: str | None = None
+    """A prebuilt worker image, pinned by digest (`REGISTRY/REPO@sha256:<64 hex>`; a tag is refused), that every
+    worker pod (the workloads, the warm floor, verify's probes) runs; the stack then builds no image. With the
+    platform's own network it must be in this account's ECR in the stack's region (the GPU subnets reach nothing
+    else). Default: None (the built-in image, built by the stack)."""
+    worker_build: WorkerBuild | None = None
+    """The lab's own Dockerfile and context, built and pushed by the stack (on top of the built-in image, see
+    WorkerBuild.dockerfile) and run by every worker pod. Excludes worker_image. Default: None (the built-in image)."""
+    worker_image_cuda: str | None = None
+    """The CUDA version (MAJOR.MINOR, a major in catalogue.CUDA_RUNTIME_FLOORS) of the lab's own image (worker_image,
+    or a worker_build on another base), written on the worker pods so the policy pack can check the GPUs and the
+    driver it needs. Default: None (a prebuilt image is then reported as not checked; a worker_build is the built-in
+    image's, catalogue.TORCH_CUDA)."""
 
     @property
     def name_prefix(self) -> str:

@@ -1,8 +1,11 @@
 """planning: the burst planner and the pattern chooser: what arrives (`arrivals`), each stage's duration and the image
-pull (`stages`), the discrete-event model (`simulation`), the stack as configured (`stack`), the output (`report`),
-the ScaledJob-or-consumer choice (`chooser`) and cron windows (`cron`). Importing it loads no provider SDK; this
-package re-exports the planner's public names (`from components.planning import plan_stack`)."""
+pull (`stages`), the discrete-event model (`simulation`, its ScaledJob part in `jobs`), the stack as configured
+(`stack`), the advisor that searches what the stack allows for a deadline or a budget (`goals`, `advisor`), the output
+(`report`), the ScaledJob-or-consumer choice (`chooser`) and cron windows (`cron`). Importing it loads no provider
+SDK; this package re-exports the planner's public names (`from components.planning import plan_stack`)."""
+from .advisor import *  # noqa: F403
 from .arrivals import *  # noqa: F403
+from .goals import *  # noqa: F403
 from .report import *  # noqa: F403
 from .simulation import *  # noqa: F403
 from .stack import *  # noqa: F403

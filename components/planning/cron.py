@@ -1,5 +1,5 @@
 """A small pure matcher for 5-field cron expressions (minute hour day-of-month month day-of-week), as KEDA's cron
-scaler takes them."""
+scaler takes them, and the start/end windows they make."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -84,3 +84,33 @@ def active_seconds(start: str, end: str, day_start: datetime, span: timedelta = 
         total += 60 if active else 0
         t += timedelta(minutes=1)
     return total
+
+
+def window_around(start: str, end: str, tz: str, at: datetime) -> tuple[float, float]:
+    """(start, end) in seconds from `at` of the [start, end) window in time zone `tz` that holds `at`: the latest
+    minute matching `start` at or before it, the first matching `end` after it (each searched up to 8 days)."""
+    from zoneinfo import ZoneInfo
+
+    local = at.astimezone(ZoneInfo(tz))
+    back = local.replace(second=0, microsecond=0)
+    for _ in range(8 * 1440):
+        if matches(start, back):
+            break
+        back -= timedelta(minutes=1)
+    fwd = local.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    for _ in range(8 * 1440):
+        if matches(end, fwd):
+            break
+        fwd += timedelta(minutes=1)
+    return (back - local).total_seconds(), (fwd - local).total_seconds()
+
+
+def weekly_window(at: datetime, lead_s: float, tz: str) -> dict[str, str]:
+    """{'start', 'end'}: cron expressions, in `tz`, of a weekly window that opens `lead_s` before `at` (to the minute)
+    and closes the minute after it, on its weekday."""
+    from zoneinfo import ZoneInfo
+
+    local = at.astimezone(ZoneInfo(tz))
+    start = (local - timedelta(seconds=lead_s)).replace(second=0, microsecond=0)
+    end = local.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    return {k: f"{t.minute} {t.hour} * * {t.isoweekday() % 7}" for k, t in (("start", start), ("end", end))}

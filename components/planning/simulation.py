@@ -5,11 +5,21 @@ Model (all times in seconds from the burst's arrival, or from a trace's first ar
 are `catalogue.STAGE_DURATIONS`). A burst of n messages is the trace of one arrival of n at 0 s: both go through the
 same `simulate`.
 
-- **ScaledJob**: one Job per message (`maxMessagesPerJob` 1), at most `parallel` at once (`maxReplicas`, capped by
-  the NodePool's GPU limit; 1 for ordered or stateful work, which cannot run in parallel). KEDA creates Jobs only
-  when it polls: worst case, the (first) arrival lands just after a poll, so polls fall at `poll`, 2 × `poll`, ...
-  on a fixed grid; a message arriving at t is picked up at the first poll at or after max(t, a slot frees). Every
-  Job loads the model (`model_load_s`), then does one item.
+- **ScaledJob**: a Job takes up to `messages_per_job` (N) messages, one at a time, then exits (the worker's
+  `--max-messages`; KEDA's `queueLength` is N too); at most `parallel` Jobs at once (`maxReplicas`, capped by the
+  NodePool's GPU limit; 1 for ordered or stateful work, which cannot run in parallel). KEDA creates Jobs only when
+  it polls: worst case, the (first) arrival lands just after a poll, so polls fall at `poll`, 2 × `poll`, ... on a
+  fixed grid. At a poll, KEDA's default strategy with in-flight counting (components/scaledjob.py) starts
+  min(ceil(Q / N), `parallel`) − running Jobs, Q being the messages arrived and not yet done (visible or in flight),
+  running the Jobs not yet exited (pending ones included). Every Job loads the model once, then receives messages
+  in arrival order, each when its previous one is done (a message that arrives later: when it arrives); a Job that
+  finds the queue empty waits one long poll (`catalogue.WORKER_EMPTY_RECEIVE_S`) and exits. With N = 1 this is one
+  Job per message, each picked up at the first poll at or after max(its arrival, a slot frees).
+- **Model load**: every pod pays `model_load_s` (the workload's `modelLoadS`: the model, on the node's disk with
+  its digest checked, loaded onto the GPU). With a lab's own model, the first pod on a node first fetches it from S3
+  into the node-local cache (`stages["model_fetch"]`); a later pod (one that starts while that fetch runs waits for
+  it) reads the cached file and checks its digest (`stages["model_cache_hit"]`); both are 0 s when the model is in
+  the image.
 - **Consumer**: one pod created at the (first) arrival (it long-polls SQS itself, no KEDA poll), loads the model
   once and does the items in arrival order, each at max(its arrival, the previous item's end). It is persistent: its
   node is never consolidated, so its idle cost per day is a whole day of that node. The figures count one model
@@ -41,7 +51,6 @@ time add up; blank lines and lines starting with # are skipped. E.g.::
 """
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +58,7 @@ from typing import Any
 
 from .. import catalogue
 from ..spec.validation import ConfigError
+from .jobs import run_jobs
 from .stages import CONSOLIDATE_AFTER_S, POD_CPU_CORES, POD_GPUS, POD_MEMORY_GIB, stage_durations
 
 __all__ = [
@@ -124,6 +134,8 @@ class _Node:
     """End times of pods still running at the last query."""
     last: float | None = None
     """End of the last pod placed here; None (default) before any."""
+    model_at: float | None = None
+    """When the model is in the node-local cache (the first pod's fetch done); None (default) before any pod."""
 
     def running(self, t: float) -> int:
         """Pods running at `t`."""
@@ -184,13 +196,20 @@ class PatternPlan:
     """Distinct arrival times (1 for a burst)."""
     timeline: dict = field(repr=False, default_factory=dict)
     """{'nodes': [...], 'pods': [...], 'arrivals': [(s, messages), ...]} with each stage's times, for the PNG."""
+    messages_per_job: int = 1
+    """Messages one Job takes before it exits (1 for the consumer, which is not a Job). Default 1."""
+    pods: int = 1
+    """Pods run: the Jobs KEDA started, or 1 (the consumer). Default 1."""
+    model_fetches: int = 0
+    """Pods that fetched the model into a node's cache (the first on each node; 0 when `model_fetch` is 0)."""
 
     def summary(self) -> dict[str, Any]:
         """The JSON keys (no timeline)."""
         keys = ("pattern", "items", "time_to_first_result_s", "time_to_last_result_s", "cold_start_s", "gpu_busy_s",
                 "gpu_node_seconds_billed", "cost_usd", "cost_per_item_usd", "idle_cost_per_day_usd", "instance_type",
-                "capacity_type", "usd_per_hour", "parallel", "nodes_launched", "warm_floor_nodes", "stages",
-                "latency_mean_s", "latency_p95_s", "latency_max_s", "arrivals")
+                "capacity_type", "usd_per_hour", "parallel", "messages_per_job", "pods", "model_fetches",
+                "nodes_launched", "warm_floor_nodes", "stages", "latency_mean_s", "latency_p95_s", "latency_max_s",
+                "arrivals")
         out = {k: getattr(self, k) for k in keys}
         for k in ("cost_usd", "cost_per_item_usd", "idle_cost_per_day_usd", "usd_per_hour"):
             out[k] = round(out[k], 6)
@@ -245,17 +264,21 @@ def simulate(pattern: str, *, items: int | None = None, model_load_s: float, sec
              stages: Mapping[str, float], node: NodeType | None = None, max_nodes: int | None = None,
              warm_floor_nodes: int = 0, consolidate_after_s: float = CONSOLIDATE_AFTER_S,
              idle_cost_per_day_usd: float | None = None, arrivals: Iterable[tuple[float, int]] | None = None,
-             floor_open: Callable[[float], bool] | None = None) -> PatternPlan:
+             floor_open: Callable[[float], bool] | None = None, messages_per_job: int = 1) -> PatternPlan:
     """Run messages through `pattern` ('scaledjob' or 'consumer') and return its plan (pure).
 
     `arrivals` are (seconds, messages) pairs, any order (times are taken from the first arrival); without them, one
     burst of `items` at 0 s, the special case every burst is. `floor_open(t)` says whether a message arriving at
     t s finds the `warm_floor_nodes` floor nodes up (None: always). `node` None prices nothing (cost 0; the chooser's
-    use); `max_nodes` None means no NodePool limit."""
+    use); `max_nodes` None means no NodePool limit. `messages_per_job` (>= 1) is what a ScaledJob's Job takes before
+    it exits; the consumer ignores it. `stages` without `model_fetch` fetch nothing."""
     if pattern not in ("scaledjob", "consumer"):
         raise ConfigError("pattern", pattern, "scaledjob or consumer")
+    if isinstance(messages_per_job, bool) or not isinstance(messages_per_job, int) or messages_per_job < 1:
+        raise ConfigError("messagesPerJob", messages_per_job, "a whole number of messages >= 1")
     node = node or NodeType("unpriced", 1, 1, 0.0, "on-demand")
     load, per = float(model_load_s), float(seconds_per_item)
+    fetch, hit = float(stages.get("model_fetch", 0.0)), float(stages.get("model_cache_hit", 0.0))
     arrivals = _arrivals(items, arrivals)
     msgs = [t for t, n in arrivals for _ in range(n)]  # one arrival time per message, in arrival order
     items = len(msgs)
@@ -264,7 +287,7 @@ def simulate(pattern: str, *, items: int | None = None, model_load_s: float, sec
     pods: list[dict] = []
     latencies: list[float] = []
     floor_use: dict[int, list[tuple[float, float]]] = {}
-    tally = {"first": math.inf, "last": 0.0, "busy": 0.0, "serving": math.inf}
+    tally = {"first": math.inf, "last": 0.0, "busy": 0.0, "serving": math.inf, "fetches": 0}
 
     def alive(n: _Node, t: float, floor_ok: bool) -> bool:
         """Whether node `n` is still up at `t` for a message that finds the floor open (`floor_ok`) or not."""
@@ -290,60 +313,68 @@ def simulate(pattern: str, *, items: int | None = None, model_load_s: float, sec
         nodes.append(n)
         return n
 
-    def run_pod(n: _Node, created: float, arrived: list[float], label: str) -> float:
-        """Run a pod on `n` for the messages that arrived at `arrived` (sorted); its end time."""
+    def start_pod(n: _Node, created: float) -> tuple[float, float]:
+        """(start, serving) of a pod created at `created` on `n`: the first pod on a node fetches the model into
+        the node's cache; a later one (waiting for that fetch if it still runs) checks the cached file; each then
+        loads it."""
         start = max(created, n.image_at)
-        serving = start + load
-        # Items in order, each at max(its arrival, the previous one's end); `base + per * k` (not a running sum) so
-        # a burst's results are exactly serving + per × k.
-        end, base, k = serving, serving, 0
-        results, runs = [], [[serving, serving]]
-        for a in arrived:
-            if a > end:  # the pod sat idle: the next run of items starts at this message's arrival
-                base, k = a, 0
-                runs.append([a, a])
-            k += 1
-            end = base + per * k
-            runs[-1][1] = end
-            latencies.append(end - a)
-            if len(results) < TIMELINE_PODS:
-                results.append(end)
-            tally["first"] = min(tally["first"], end)
+        if n.model_at is None:
+            n.model_at = start + fetch
+            tally["fetches"] += fetch > 0
+            serving = n.model_at + load
+        else:
+            serving = max(start, n.model_at) + hit + load
+        tally["serving"] = min(tally["serving"], serving)
+        return start, serving
+
+    def result(pod: dict, a: float) -> None:
+        """The pod does the message that arrived at `a`, at max(a, its previous item's end); `base + per * k` (not
+        a running sum) so a burst's results are exactly serving + per × k."""
+        if a > pod["end"]:  # the pod sat idle: the next run of items starts at this message's arrival
+            pod["base"], pod["k"] = a, 0
+            pod["runs"].append([a, a])
+        pod["k"] += 1
+        pod["end"] = end = pod["base"] + per * pod["k"]
+        pod["runs"][-1][1] = end
+        pod["first_arrival"] = a if pod["first_arrival"] is None else pod["first_arrival"]
+        pod["count"] += 1
+        latencies.append(end - a)
+        if len(pod["results"]) < TIMELINE_PODS:
+            pod["results"].append(end)
+        tally["first"], tally["last"] = min(tally["first"], end), max(tally["last"], end)
+
+    def open_pod(n: _Node, created: float, label: str) -> dict:
+        """A pod placed on `n` at `created`, holding one of the node's slots until `close_pod`."""
+        start, serving = start_pod(n, created)
+        n.ends.append(math.inf)  # running until it exits
+        return {"label": label, "n": n, "created": created, "start": start, "serving": serving, "end": serving,
+                "base": serving, "k": 0, "runs": [[serving, serving]], "results": [], "first_arrival": None,
+                "count": 0}
+
+    def close_pod(pod: dict, end: float) -> None:
+        """The pod exits at `end`: its slot on the node frees, the floor's charge and the timeline are recorded."""
+        n = pod["n"]
+        n.ends.remove(math.inf)
         n.ends.append(end)
         n.last = end if n.last is None else max(n.last, end)
         if n.floor:  # the burst is charged a floor node from the arrival it serves to the pod's end
-            floor_use.setdefault(n.id, []).append((arrived[0], end))
-        tally["last"] = max(tally["last"], end)
-        tally["busy"] += end - start
-        tally["serving"] = min(tally["serving"], serving)
+            floor_use.setdefault(n.id, []).append((pod["first_arrival"] if pod["first_arrival"] is not None
+                                                   else pod["created"], end))
+        tally["busy"] += end - pod["start"]
         if len(pods) < TIMELINE_PODS:
-            pods.append({"label": label, "node": n.id, "created": created, "start": start, "serving": serving,
-                         "end": end, "results": results, "runs": [tuple(r) for r in runs[:TIMELINE_PODS]]})
-        return end
+            pods.append({"label": pod["label"], "node": n.id, "created": pod["created"], "start": pod["start"],
+                         "serving": pod["serving"], "end": end, "messages": pod["count"], "results": pod["results"],
+                         "runs": [tuple(r) for r in pod["runs"][:TIMELINE_PODS]]})
 
     if pattern == "consumer":
-        run_pod(place(0.0, opened[0.0]), 0.0, msgs, "consumer")  # one pod from the first arrival, all items in order
-        parallel = 1
+        pod = open_pod(place(0.0, opened[0.0]), 0.0, "consumer")  # one pod from the first arrival, items in order
+        for a in msgs:
+            result(pod, a)
+        close_pod(pod, pod["end"])
+        parallel, jobs = 1, 1
     else:
-        poll = float(stages["poll"])
-
-        def next_poll(t: float) -> float:
-            """KEDA's first poll at or after `t`."""
-            # Polls on a fixed grid from the first arrival, which (worst case) lands just after one.
-            return t if poll == 0 else poll * max(1, math.ceil(t / poll - 1e-9))
-
-        # One heap entry per GPU slot: (free at, tie-break, node it last ran on). A slot's own node has the image
-        # cached and a free slot when the slot frees, so it is the best place for the next Job while it is alive.
-        slots: list = [(0.0, k, None) for k in range(max(1, parallel))]
-        heapq.heapify(slots)
-        for i, arrived in enumerate(msgs):
-            free_at, k, n = heapq.heappop(slots)
-            created = next_poll(max(arrived, free_at))
-            floor_ok = opened[arrived]
-            if not (n is not None and alive(n, created, floor_ok)
-                    and n.running(created) < node.pods_per_node):  # (place() may have filled it meanwhile)
-                n = place(created, floor_ok)
-            heapq.heappush(slots, (run_pod(n, created, [arrived], f"job {i + 1}"), k, n))
+        jobs = run_jobs(msgs, opened, float(stages["poll"]), max(1, parallel), messages_per_job, node.pods_per_node,
+                         alive, place, open_pod, result, close_pod)
 
     launched = [n for n in nodes if not n.floor]
     billed = 0.0
@@ -363,6 +394,8 @@ def simulate(pattern: str, *, items: int | None = None, model_load_s: float, sec
     if idle_cost_per_day_usd is None:
         idle_cost_per_day_usd = node.usd_per_hour * 24 if pattern == "consumer" else 0.0
     used = dict(stages)
+    used.setdefault("model_fetch", 0.0)
+    used.setdefault("model_cache_hit", 0.0)
     if pattern == "consumer":
         used["poll"] = 0.0
     used.update(model_load=load, per_item=per)
@@ -375,15 +408,17 @@ def simulate(pattern: str, *, items: int | None = None, model_load_s: float, sec
         cold_start_s=tally["serving"], stages=used,
         latency_mean_s=sum(latencies) / len(latencies), latency_p95_s=_p95(latencies),
         latency_max_s=max(latencies), arrivals=len(arrivals),
-        timeline={"nodes": node_rows, "pods": pods, "arrivals": arrivals[:TIMELINE_ARRIVALS]})
+        timeline={"nodes": node_rows, "pods": pods, "arrivals": arrivals[:TIMELINE_ARRIVALS]},
+        messages_per_job=messages_per_job if pattern == "scaledjob" else 1, pods=jobs,
+        model_fetches=tally["fetches"])
 
 
-def seed_estimates(*, items: int, model_load_s: float, seconds_per_item: float, parallel: int
-                   ) -> tuple[float, float, float]:
+def seed_estimates(*, items: int, model_load_s: float, seconds_per_item: float, parallel: int,
+                   messages_per_job: int = 1) -> tuple[float, float, float]:
     """(jobs GPU-seconds, consumer seconds, jobs wall seconds) of the warm model, as the chooser uses them."""
     stages = stage_durations(warm=True)
     jobs = simulate("scaledjob", items=items, model_load_s=model_load_s, seconds_per_item=seconds_per_item,
-                    parallel=parallel, stages=stages)
+                    parallel=parallel, stages=stages, messages_per_job=messages_per_job)
     consumer = simulate("consumer", items=items, model_load_s=model_load_s, seconds_per_item=seconds_per_item,
                         parallel=1, stages=stages)
     return jobs.gpu_busy_s, consumer.time_to_last_result_s, jobs.time_to_last_result_s

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..spec.validation import ConfigError
 from .arrivals import Burst, Trace, TraceCsv
 from .simulation import node_type, simulate
-from .stages import image_pull_note, image_pull_seconds, stage_durations
+from .stages import image_pull_note, image_pull_seconds, model_seconds, stage_durations
 
 if TYPE_CHECKING:
     from ..config import StackConfig, WorkloadConfig
@@ -129,7 +129,8 @@ def plan_workload(config: StackConfig, workload: WorkloadConfig, burst: Burst | 
     burst = burst or Burst(workload.burst_items)
     arrivals = burst.arrivals_s()
     facts = workload.facts()
-    choice = choose_pattern(facts)
+    per_job = getattr(workload, "messages_per_job", 1)
+    choice = choose_pattern(facts, messages_per_job=per_job)
     pattern = workload.pattern or choice.pattern
     opened = dict(zip((t for t, _ in arrivals), warm_floor_open(config, burst.at, (t for t, _ in arrivals))))
     # The floor's nodes exist in the model only when some message finds the window open (a burst: its arrival).
@@ -141,7 +142,8 @@ def plan_workload(config: StackConfig, workload: WorkloadConfig, burst: Burst | 
         nt = node_type(config.gpu_instance_types, spot=spot)
         stages = stage_durations(warm=warm, overrides=overrides,
                                  polling_interval_s=config.polling_interval_s,
-                                 image_pull_s=image_pull_seconds(config, nt.name))
+                                 image_pull_s=image_pull_seconds(config, nt.name),
+                                 model_s=model_seconds(config, workload, nt.name))
         max_nodes = max(1, config.gpu_limit // nt.gpus)
         if p == "consumer" or parallel_blocker(facts) is not None:
             parallel = 1
@@ -153,7 +155,7 @@ def plan_workload(config: StackConfig, workload: WorkloadConfig, burst: Burst | 
         plans[p] = simulate(p, arrivals=arrivals, model_load_s=workload.model_load_s,
                             seconds_per_item=workload.seconds_per_item, parallel=parallel, stages=stages, node=nt,
                             max_nodes=max_nodes, warm_floor_nodes=floor_nodes, idle_cost_per_day_usd=idle,
-                            floor_open=opened.__getitem__)
+                            floor_open=opened.__getitem__, messages_per_job=per_job)
     return WorkloadPlan(workload.name, burst, pattern, choice.reason, plans,
                         image_pull_note(config, plans[pattern].instance_type))
 

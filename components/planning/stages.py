@@ -12,7 +12,7 @@ from ..spec.validation import ConfigError
 from ..spec.worker_pod import DEFAULT_CPU_CORES, DEFAULT_GPUS, DEFAULT_MEMORY_GIB
 
 if TYPE_CHECKING:
-    from ..config import StackConfig
+    from ..config import StackConfig, WorkloadConfig
 
 __all__ = [
     "STAGES",
@@ -27,15 +27,18 @@ __all__ = [
     "parallel_pull",
     "image_pull_seconds",
     "image_pull_note",
+    "model_seconds",
     "parse_set",
 ]
 
 STAGES = tuple(catalogue.STAGE_DURATIONS)
-"""Stages `--set` may override: poll, nodeclaim, ec2_ready, gpu_registered, image_pull."""
+"""Stages `--set` may override: poll, nodeclaim, ec2_ready, gpu_registered, image_pull, model_fetch,
+model_cache_hit."""
 NODE_STAGES = ("nodeclaim", "ec2_ready", "gpu_registered", "image_pull")
 """The stages a pod pays only on a node that is not up with the image cached."""
-WARM_ZEROED = ("poll",) + NODE_STAGES
-"""What `warm=True` sets to 0 s: KEDA's poll and every node and image stage."""
+WARM_ZEROED = ("poll",) + NODE_STAGES + ("model_fetch",)
+"""What `warm=True` sets to 0 s: KEDA's poll, every node and image stage, and the model's fetch (the node's cache is
+warm; a Job still checks the cached file, `model_cache_hit`)."""
 CONSOLIDATE_AFTER_S = duration_s(DEFAULT_CONSOLIDATE_AFTER)
 """The GPU NodePool's `consolidateAfter` (GpuNodePoolArgs' default), seconds an empty node is kept."""
 POD_CPU_CORES, POD_MEMORY_GIB, POD_GPUS = DEFAULT_CPU_CORES, DEFAULT_MEMORY_GIB, DEFAULT_GPUS
@@ -44,15 +47,18 @@ SECONDS_PER_DAY = 86_400
 
 
 def stage_durations(*, warm: bool = False, overrides: Mapping[str, float] | None = None,
-                    polling_interval_s: float | None = None, image_pull_s: float | None = None) -> dict[str, float]:
+                    polling_interval_s: float | None = None, image_pull_s: float | None = None,
+                    model_s: tuple[float, float] | None = None) -> dict[str, float]:
     """Stage name -> seconds: the catalogue's defaults, the workload's polling interval, the stack's image pull
-    (`image_pull_seconds`), `warm`'s zeros, then `overrides` (unknown stage names or negative values raise a one-line
-    ConfigError)."""
+    (`image_pull_seconds`) and model fetch and cache hit (`model_seconds`), `warm`'s zeros, then `overrides` (unknown
+    stage names or negative values raise a one-line ConfigError)."""
     stages = {name: float(s.seconds) for name, s in catalogue.STAGE_DURATIONS.items()}
     if polling_interval_s is not None:
         stages["poll"] = float(polling_interval_s)
     if image_pull_s is not None:
         stages["image_pull"] = float(image_pull_s)
+    if model_s is not None:
+        stages["model_fetch"], stages["model_cache_hit"] = float(model_s[0]), float(model_s[1])
     if warm:
         stages.update({name: 0.0 for name in WARM_ZEROED})
     for name, value in (overrides or {}).items():
@@ -81,6 +87,19 @@ def image_pull_seconds(config: StackConfig, instance_type: str) -> float:
     seconds: in parallel where `parallel_pull` says so, else one layer stream at a time."""
     return float(round(catalogue.image_pull_seconds(catalogue.worker_image_bytes(),
                                                     parallel=parallel_pull(config, instance_type))))
+
+
+def model_seconds(config: StackConfig, workload: WorkloadConfig, instance_type: str) -> tuple[float, float]:
+    """(first Job's fetch, a later Job's cache hit) of `workload`'s own model (`model: {uri, sha256}`) on a node of
+    `instance_type`, in whole seconds (`catalogue.model_fetch_seconds` and `model_cache_hit_seconds`, the cache on
+    the NVMe RAID0 where the stack puts kubelet there, else on the gp3 root volume); (0, 0) when the model is in the
+    worker image."""
+    if getattr(workload, "model", None) is None:
+        return 0.0, 0.0
+    t = catalogue.instance_type(instance_type)
+    on_nvme = config.gpu_instance_store_policy == "RAID0" and t is not None and t.local_nvme_gb > 0
+    return (float(round(catalogue.model_fetch_seconds(on_nvme=on_nvme))),
+            float(round(catalogue.model_cache_hit_seconds(on_nvme=on_nvme))))
 
 
 def image_pull_note(config: StackConfig, instance_type: str) -> str:

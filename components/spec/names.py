@@ -57,3 +57,18 @@ def control_plane_log_group(cluster_name: str) -> str:
     """The CloudWatch log group EKS writes a cluster's control-plane logs to (`/aws/eks/<cluster>/cluster`, EKS User
     Guide, "Send control plane logs to CloudWatch Logs"); declared before the cluster, EKS writes into it."""
     return f"/aws/eks/{cluster_name}/cluster"
+
+
+MODEL_CACHE_HOST_PATH = "/var/lib/kubelet/gpuburst-model-cache"
+"""The GPU node's folder for the workloads' model cache (one subfolder per workload): inside kubelet's root folder,
+which an `instanceStorePolicy: RAID0` node bind-mounts from its local NVMe (AL2023 `setup-local-disks` copies the
+folder's contents with `cp -a` before the bind mount, so its owner and mode survive whichever runs first), and which
+is on the root volume of a node without one. The GPU node class's user data makes it (root:WORKER_UID, mode 2770:
+kubelet makes each workload's subPath folder with that mode, and the setgid bit gives it the worker's group)."""
+
+MODEL_CACHE_CLAIM = "gpuburst-model-cache"
+"""Name of the PersistentVolumeClaim (in the workloads' namespace) the worker pods mount the model cache through."""
+
+WORKER_IMAGE_CUDA_ANNOTATION = "gpuburst.io/worker-image-cuda"
+"""Worker pod template annotation carrying the CUDA version (MAJOR.MINOR) of a lab's own worker image
+(`gpuburst:workerImageCuda`), so the policy pack can judge the GPUs and the driver it needs."""

@@ -192,6 +192,22 @@ def s3_prefix_statements(bucket_arn: Any, read_prefixes: Sequence[str], write_pr
     return statements
 
 
+_S3_OBJECT_ARN = re.compile(r"^arn:aws[a-z-]*:s3:::[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^*?\s]+$")
+
+
+def s3_object_read_statements(object_arn: Any, *, kms_key_arn: Any = None) -> list[dict]:
+    """IAM statements to read exactly one S3 object (`arn:aws:s3:::bucket/key`, no wildcard): `s3:GetObject` on it
+    and nothing else of its bucket (no listing: a missing object answers 403), plus `kms:Decrypt` through S3 on
+    `kms_key_arn` when the object is encrypted with a customer-managed key."""
+    _check_arn("object_arn", object_arn, _S3_OBJECT_ARN,
+               "one S3 object's ARN, arn:aws:s3:::BUCKET/KEY, without '*' or '?'")
+    statements = [{"Sid": "ReadModelObject", "Effect": "Allow", "Action": list(S3_READ_ACTIONS),
+                   "Resource": object_arn}]
+    if kms_key_arn is not None:
+        statements.append(_kms_statement(kms_key_arn, ("kms:Decrypt",), "s3"))
+    return statements
+
+
 def dead_letter_sender_statements(dead_letter_queue_arn: Any, *, kms_key_arn: Any = None) -> list[dict]:
     """IAM statements to send to a dead-letter queue and nothing else (a worker setting a bad message aside).
 

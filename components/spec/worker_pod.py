@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..catalogue import MODEL_CACHE_DEFAULT_GIB
 from .validation import ConfigError, Rule, is_int_between, validate
 
 if TYPE_CHECKING:
@@ -27,7 +28,73 @@ TMP_PATH = "/tmp"
 DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 """Pod annotation: Karpenter must not consolidate or drift a node away while a slide is being processed."""
 
+MODEL_CACHE_PATH = "/model-cache"
+"""Where the workload's node-local model cache is mounted in the worker container (env MODEL_CACHE_DIR)."""
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""The worker's compute precisions (env PRECISION): `auto` picks bf16/fp16 where the device computes it natively;
+`fp32` is bit-for-bit reproducible across machines."""
+
 _DIGEST_REF = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<key>[^\s]{1,1024})$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/"
+                          r"(mrk-[0-9a-f]{32}|[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12})$")
+
+
+def model_uri_problem(uri: object) -> str | None:
+    """Why `uri` is not the `s3://bucket/key` of one object (a bucket name, a key that is not a folder), or None."""
+    m = _S3_URI.match(uri) if isinstance(uri, str) else None
+    if m is None or ".." in m.group("bucket") or m.group("key").endswith("/"):
+        return ("an S3 object URI, s3://BUCKET/KEY (a bucket name of 3-63 lower-case letters, digits, '.', '-' and a "
+                "key that is one object, not a folder ending in '/')")
+    return None
+
+
+def sha256_problem(digest: object) -> str | None:
+    """Why `digest` is not a SHA-256 written as 64 lower-case hex digits, or None."""
+    if not (isinstance(digest, str) and _SHA256.match(digest)):
+        return "a SHA-256 digest: 64 hex digits (`sha256sum model.pt2`)"
+    return None
+
+
+def kms_key_arn_problem(arn: object) -> str | None:
+    """Why `arn` is not a KMS key ARN (`arn:aws:kms:REGION:ACCOUNT:key/ID`; an alias cannot be granted Decrypt), or
+    None."""
+    if not (isinstance(arn, str) and _KMS_KEY_ARN.match(arn)):
+        return ("a KMS key ARN, arn:aws:kms:REGION:ACCOUNT:key/KEY-ID (a key id or mrk- id; not an alias, which IAM "
+                "cannot grant kms:Decrypt through)")
+    return None
+
+
+def model_object_arn(uri: str) -> str:
+    """The IAM resource ARN of the S3 object `uri` names (`s3://b/k` -> `arn:aws:s3:::b/k`)."""
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    return f"arn:aws:s3:::{bucket}/{key}"
+
+
+@dataclass(frozen=True)
+class ModelMount:
+    """A lab's model for the worker: where it is, its digest, and the node-local cache the pod keeps it in."""
+
+    uri: str
+    """`s3://bucket/key` of the model file (env MODEL_URI); the worker role may `s3:GetObject` this object only.
+    Required."""
+    sha256: str
+    """Its SHA-256, 64 lower-case hex digits (env MODEL_SHA256): the worker refuses other bytes. Required."""
+    kms_key_arn: str | None = None
+    """The customer-managed KMS key the object is encrypted with: the worker role gets `kms:Decrypt` on it through
+    S3. Default None (SSE-S3 or the AWS-managed key)."""
+    cache_claim: str | None = None
+    """The PersistentVolumeClaim of the node-local model cache (`names.MODEL_CACHE_CLAIM`), mounted at
+    MODEL_CACHE_PATH (env MODEL_CACHE_DIR). Default None: no node cache (the worker keeps the model in /scratch, so
+    every pod downloads it)."""
+    cache_sub_path: str | None = None
+    """The workload's own folder in the cache (the volume's subPath: a pod sees only its workload's models). Required
+    with cache_claim."""
+    cache_max_bytes: int = MODEL_CACHE_DEFAULT_GIB * 2**30
+    """Most bytes the worker keeps in the cache (env MODEL_CACHE_MAX_BYTES; the worker deletes the least recently
+    used models beyond it). Default 20 GiB (catalogue.MODEL_CACHE_DEFAULT_GIB)."""
 
 
 def image_digest_problem(image: str) -> str | None:
@@ -80,6 +147,14 @@ class WorkerPodSettings:
     priority_class_name: str | None = None
     """Pod priorityClassName (the platform sets the workloads' class when a warm GPU floor is configured, so a real
     job preempts a placeholder). Default None (no class: priority 0)."""
+    model: ModelMount | None = None
+    """A lab's model fetched from S3 by digest (env MODEL_URI, MODEL_SHA256; the cache volume and MODEL_CACHE_DIR,
+    MODEL_CACHE_MAX_BYTES). Default None: the model baked into the image."""
+    precision: str | None = None
+    """The worker's compute precision, one of PRECISIONS (env PRECISION). Default None: unset (the worker's own
+    default, `auto`)."""
+    annotations: dict[str, str] = field(default_factory=dict)
+    """More pod template annotations (e.g. `names.WORKER_IMAGE_CUDA_ANNOTATION`). Default none."""
 
     @property
     def extension_interval_s(self) -> int:
@@ -90,7 +165,8 @@ class WorkerPodSettings:
 
 
 _RESERVED_ENV = ("QUEUE_URL", "VISIBILITY_TIMEOUT", "VISIBILITY_EXTENSION_INTERVAL", "GRACE_PERIOD", "SCRATCH_DIR",
-                 "TMPDIR", "HOME", "XDG_CACHE_HOME", "AWS_REGION", "DEVICE")
+                 "TMPDIR", "HOME", "XDG_CACHE_HOME", "AWS_REGION", "DEVICE", "MODEL_URI", "MODEL_SHA256",
+                 "MODEL_CACHE_DIR", "MODEL_CACHE_MAX_BYTES", "PRECISION")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _SETTINGS_RULES = [
@@ -122,6 +198,10 @@ def check_settings(s: WorkerPodSettings) -> None:
         raise ConfigError("WorkerPodSettings.termination_grace_period_s", s.termination_grace_period_s,
                           f">= grace_period_s + 10 = {s.grace_period_s + 10} (the worker needs its grace period plus "
                           "time to release the message before the kubelet's SIGKILL)")
+    if s.precision is not None and s.precision not in PRECISIONS:
+        raise ConfigError("WorkerPodSettings.precision", s.precision, f"one of {', '.join(PRECISIONS)} (or None)")
+    if s.model is not None:
+        check_model(s.model)
     for name in s.env:
         if not _ENV_NAME.match(name):
             raise ConfigError(f"WorkerPodSettings.env[{name!r}]", name,
@@ -129,3 +209,19 @@ def check_settings(s: WorkerPodSettings) -> None:
         if name in _RESERVED_ENV:
             raise ConfigError(f"WorkerPodSettings.env[{name!r}]", name,
                               f"a name other than {', '.join(_RESERVED_ENV)} (set by the component)")
+
+
+_SUB_PATH = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def check_model(m: ModelMount) -> None:
+    """Raise ConfigError (one line naming the ModelMount field and value) when the model cannot be fetched or cached."""
+    for name, problem in (("uri", model_uri_problem(m.uri)), ("sha256", sha256_problem(m.sha256)),
+                          ("kms_key_arn", None if m.kms_key_arn is None else kms_key_arn_problem(m.kms_key_arn))):
+        if problem:
+            raise ConfigError(f"ModelMount.{name}", getattr(m, name), problem)
+    if m.cache_claim is not None and not (isinstance(m.cache_sub_path, str) and _SUB_PATH.match(m.cache_sub_path)):
+        raise ConfigError("ModelMount.cache_sub_path", m.cache_sub_path,
+                          "the workload's folder in the cache: a DNS label such as the workload's name")
+    if not (isinstance(m.cache_max_bytes, int) and not isinstance(m.cache_max_bytes, bool) and m.cache_max_bytes > 0):
+        raise ConfigError("ModelMount.cache_max_bytes", m.cache_max_bytes, "a positive int of bytes")

@@ -2,12 +2,37 @@
 that carry the facts onto the workload's objects: the leaf the chooser, the config and the components share."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .validation import Rule, validate
 
 PATTERNS = ("scaledjob", "consumer")
 """The two deployment patterns: a KEDA ScaledJob, or one persistent consumer Deployment."""
+
+MESSAGES_PER_JOB_MAX = 1000
+"""Most messages one ScaledJob Job may take (`messagesPerJob`, KEDA `queueLength`, the worker's `--max-messages`).
+KEDA starts one Job per that many messages, so a larger batch gives a burst fewer GPUs; past this a Job is hours of
+work on one GPU, a persistent consumer in all but name (use that pattern), and its deadline (see `job_deadline_s`)
+would pass JOB_DEADLINE_MAX_S for any realistic processing time."""
+
+JOB_DEADLINE_FLOOR_S = 3600
+"""The shortest activeDeadlineSeconds a worker Job gets (the ScaledJob's default): time for a slow node start and
+image pull before the first message, which the deadline counts too."""
+
+JOB_DEADLINE_MAX_S = 7 * 24 * 3600
+"""The longest activeDeadlineSeconds a worker Job may get (a week)."""
+
+
+def job_deadline_s(model_load_s: float, messages_per_job: int, expected_processing_s: int) -> int:
+    """activeDeadlineSeconds of a Job that takes `messages_per_job` messages: the model load plus that many times the
+    declared upper bound of one message's processing (`expectedProcessingS`), never under JOB_DEADLINE_FLOOR_S.
+
+    The deadline covers the whole Job, so it grows with the batch. The visibility timeout does not: the worker
+    receives one message at a time (SQS MaxNumberOfMessages 1) only when it is ready to process it, and renews the
+    one it holds, so a message is never invisible while it waits behind others of the same Job; it stays twice one
+    message's processing time."""
+    return max(JOB_DEADLINE_FLOOR_S, math.ceil(model_load_s + messages_per_job * expected_processing_s))
 
 
 @dataclass(frozen=True, kw_only=True)

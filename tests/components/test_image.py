@@ -310,3 +310,84 @@ def test_a_missing_dockerfile_stops_the_program(context):
     (context / "worker" / "Dockerfile").unlink()
     with pytest.raises(ConfigError, match=r"^WorkerImage '[^']+': dockerfile: 'worker/Dockerfile' is not valid"):
         _run(WorkerImageArgs(context=str(context)))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A lab's own build (gpuburst:workerBuild)
+# --------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,base", [
+    ("ARG GPUBURST_WORKER_IMAGE\nFROM ${GPUBURST_WORKER_IMAGE}\nCOPY m /m\n", "${GPUBURST_WORKER_IMAGE}"),
+    ("FROM python:3.11 AS build\nRUN x\nfrom --platform=linux/amd64 $GPUBURST_WORKER_IMAGE\n",
+     "$GPUBURST_WORKER_IMAGE"),
+    ("FROM ${GPUBURST_WORKER_IMAGE} AS base\nFROM python:3.11 AS tools\nFROM base\n", "${GPUBURST_WORKER_IMAGE}"),
+    ("FROM nvcr.io/nvidia/pytorch:25.01-py3\n", "nvcr.io/nvidia/pytorch:25.01-py3"),
+    ("# no stage\n", None),
+])
+def test_final_base_follows_stage_names_to_the_last_stages_image(text, base):
+    assert im.final_base(text) == base
+
+
+def _lab(tmp_path: Path, dockerfile: str) -> Path:
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "Dockerfile").write_text(dockerfile)
+    (tmp_path / "lab" / "model.pt2").write_bytes(b"weights")
+    return tmp_path / "lab"
+
+
+def test_a_lab_build_on_the_worker_image_is_handed_it_and_its_tag_follows_both(tmp_path, monkeypatch):
+    lab = _lab(tmp_path, "ARG GPUBURST_WORKER_IMAGE\nFROM ${GPUBURST_WORKER_IMAGE}\nCOPY model.pt2 /opt/model.pt2\n")
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+
+    def program():
+        base = WorkerImage("worker")
+        args = im.lab_image_args("lab", "Dockerfile", base=base)
+        seen["tag"], seen["base_tag"] = args.tag, base.tag
+        WorkerImage("lab", args)
+    res = run_under_mocks(program, mocks=_Mocks())
+    images = {r.name: r.properties for r in res.monitor.by_type("docker-build:index:Image")}
+    lab_build = images["lab-image"]
+    assert set(lab_build["buildArgs"]) == {im.BASE_IMAGE_ARG}
+    assert lab_build["buildArgs"][im.BASE_IMAGE_ARG].startswith(REPO_URL_PREFIX + "worker-repo@sha256:")
+    assert lab_build["dockerfile"] == {"location": "lab/Dockerfile"} and lab_build["context"] == {"location": "lab"}
+    assert lab_build["tags"][0].endswith(":" + seen["tag"])
+    # The tag hashes the whole context and the base's tag: a new model or a new base makes a new image.
+    before = im.lab_image_args("lab", "Dockerfile", base=None).tag
+    (lab / "model.pt2").write_bytes(b"other weights")
+    assert im.lab_image_args("lab", "Dockerfile", base=None).tag != before
+
+
+def test_a_lab_build_not_on_the_worker_image_is_refused_unless_it_declares_its_cuda(tmp_path, monkeypatch):
+    _lab(tmp_path, "FROM nvcr.io/nvidia/pytorch:25.01-py3\n")
+    monkeypatch.chdir(tmp_path)
+
+    def program():
+        im.lab_image_args("lab", "Dockerfile", base=WorkerImage("worker"))
+    with pytest.raises(ConfigError) as e:
+        run_under_mocks(program, mocks=_Mocks())
+    text = str(e.value)
+    assert text.startswith("gpuburst:workerBuild.dockerfile: 'Dockerfile' is not valid: a Dockerfile whose last stage")
+    assert "'nvcr.io/nvidia/pytorch:25.01-py3'" in text and "workerImageCuda" in text and "\n" not in text
+    assert im.lab_image_args("lab", "Dockerfile", base=None).build_args == {}  # declared CUDA: no base handed
+
+
+def test_a_lab_build_whose_paths_do_not_exist_is_refused_naming_the_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^gpuburst:workerBuild.context: 'lab' is not valid: an existing folder"):
+        im.lab_image_args("lab", "Dockerfile", base=None)
+    (tmp_path / "lab").mkdir()
+    with pytest.raises(ConfigError, match=r"^gpuburst:workerBuild.dockerfile: 'lab.Dockerfile' is not valid: a file"):
+        im.lab_image_args("lab", "lab.Dockerfile", base=None)
+
+
+def test_a_lab_dockerfile_outside_its_context_is_found_and_hashed(tmp_path, monkeypatch):
+    lab = _lab(tmp_path, "unused\n")
+    (tmp_path / "recipe").mkdir()
+    recipe = tmp_path / "recipe" / "Dockerfile"
+    recipe.write_text("ARG GPUBURST_WORKER_IMAGE\nFROM ${GPUBURST_WORKER_IMAGE}\n")
+    monkeypatch.chdir(tmp_path)
+    before = im.lab_image_args("lab", "../recipe/Dockerfile", base=None)
+    assert before.dockerfile == "../recipe/Dockerfile" and before.context == "lab" and lab.is_dir()
+    recipe.write_text("ARG GPUBURST_WORKER_IMAGE\nFROM ${GPUBURST_WORKER_IMAGE}\nENV X=1\n")
+    assert im.lab_image_args("lab", "../recipe/Dockerfile", base=None).tag != before.tag

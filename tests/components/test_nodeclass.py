@@ -16,6 +16,7 @@ from components.nodeclass import (
     ec2_nodeclass_manifest,
     instance_store_policy_for,
     node_config_user_data,
+    node_user_data,
 )
 from components.spec.validation import ConfigError
 from components.synth.mocks import run_under_mocks
@@ -219,3 +220,39 @@ def test_raid0_gives_the_schedulability_rule_the_nvme_as_ephemeral_storage():
     nvme_gib = allocatable(t, on_nvme)["ephemeral-storage"] / GI
     assert root_gib == pytest.approx(catalogue.allocatable_ephemeral_gib(100))                 # 89 GiB
     assert nvme_gib == pytest.approx(catalogue.allocatable_ephemeral_gib(450e9 / 2**30))       # ~376 GiB
+
+
+def _parts(user_data: str) -> list[tuple[str, str]]:
+    import email
+
+    message = email.message_from_string(user_data)
+    assert message.get_content_type() == "multipart/mixed"
+    return [(part.get_content_type(), part.get_payload()) for part in message.walk() if not part.is_multipart()]
+
+
+def test_boot_scripts_make_the_user_data_a_mime_document_of_the_node_config_and_each_script():
+    from components.model_cache import cache_folder_script
+
+    script = cache_folder_script()
+    spec = manifest(boot_scripts=[script])["spec"]
+    (kind_a, node_config), (kind_b, body) = _parts(spec["userData"])
+    assert kind_a == "application/node.eks.aws" and yaml.safe_load(node_config)["spec"] == {
+        "featureGates": {"FastImagePull": True}}
+    assert kind_b == "text/x-shellscript" and body.strip() == script.strip()
+    # Without FastImagePull the script is the only part; without scripts the user data is the plain NodeConfig.
+    only = _parts(node_user_data(fast_image_pull=False, boot_scripts=[script]))
+    assert [k for k, _ in only] == ["text/x-shellscript"]
+    assert node_user_data(fast_image_pull=True) == node_config_user_data(fast_image_pull=True)
+    assert node_user_data(fast_image_pull=False) is None
+
+
+def test_a_boot_script_that_is_not_a_script_is_refused():
+    with pytest.raises(ConfigError, match=r"^boot_scripts: 'mkdir /x' is not valid: a shell script starting"):
+        manifest(boot_scripts=["mkdir /x"])
+
+
+def test_the_multi_part_user_data_passes_the_upstream_crd(upstream_crds):
+    from components.model_cache import cache_folder_script
+
+    m = manifest(boot_scripts=[cache_folder_script()])
+    assert crd_oracle.validate_against_crd(m, upstream_crds / CRD) == []

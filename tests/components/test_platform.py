@@ -1,7 +1,10 @@
 """GpuBurstPlatform's arguments for what exists: an existing VPC and subnets for the cluster, and the workloads'
-namespace (named, or existing and not created); bad values refused in one line before anything is registered."""
+namespace (named, or existing and not created); bad values refused in one line before anything is registered; and
+what the workers run from the stack config: a workload's model and its node cache, Jobs of N messages, a prebuilt or
+lab-built worker image."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -142,3 +145,145 @@ def test_gpu_nodes_of_the_platforms_network_run_mirrored_images_only(own):
 def test_an_existing_network_keeps_the_charts_images(attached):
     (chart,) = [r for r in attached.monitor.by_type("kubernetes:helm.sh/v4:Chart") if "nvidia" in r.name]
     assert "image" not in chart.properties["values"]
+
+
+# -- what the workers run: a lab's model, its batch, its precision, and the worker image ------------------------------
+
+DIGEST = "ab" * 32
+LAB_IMAGE = f"123456789012.dkr.ecr.us-east-1.amazonaws.com/tils-lab-worker@sha256:{'ef' * 32}"
+KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+SJ = "kubernetes:keda.sh/v1alpha1:ScaledJob"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+
+
+def _lab_config(slides: dict | None = None, studies: dict | None = None, **top):
+    raw = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text(encoding="utf-8"))["config"]
+    raw["gpuburst:workloads"]["slides"].update(slides or {})
+    raw["gpuburst:workloads"]["studies"].update(studies or {})
+    raw.update({f"gpuburst:{k}": v for k, v in top.items()})
+    return parse_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}, stack="dev")
+
+
+def _containers(res) -> dict[str, dict]:
+    """Workload name -> its worker container (the ScaledJob's Job template, the consumer Deployment's pod)."""
+    out = {}
+    for r in res.monitor.by_type(SJ):
+        out[r.properties["metadata"]["name"]] = r.properties["spec"]["jobTargetRef"]["template"]
+    for r in res.monitor.by_type(DEPLOYMENT):
+        if r.properties["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "gpuburst-worker":
+            out[r.properties["metadata"]["name"]] = r.properties["spec"]["template"]
+    return out
+
+
+def _env(template: dict) -> dict:
+    return {e["name"]: e["value"] for e in template["spec"]["containers"][0]["env"]}
+
+
+@pytest.fixture(scope="module")
+def with_models():
+    config = _lab_config(
+        {"model": {"uri": "s3://tils-lab-models/tils/v3.pt2", "sha256": DIGEST, "kmsKeyArn": KEY},
+         "messagesPerJob": 25, "precision": "fp32"},
+        {"model": {"uri": "s3://tils-lab-models/studies/v1.pt2", "sha256": "cd" * 32, "cacheGiB": 30}})
+    return run_under_mocks(lambda: GpuBurstPlatform("p", config))
+
+
+def test_a_workloads_model_reaches_its_pods_with_the_node_cache_under_its_own_name(with_models):
+    pods = _containers(with_models)
+    slides, studies = _env(pods["slides"]), _env(pods["studies"])
+    assert (slides["MODEL_URI"], slides["MODEL_SHA256"], slides["PRECISION"]) == (
+        "s3://tils-lab-models/tils/v3.pt2", DIGEST, "fp32")
+    assert (slides["MODEL_CACHE_DIR"], slides["MODEL_CACHE_MAX_BYTES"]) == ("/model-cache", str(20 * 2**30))
+    assert (studies["MODEL_URI"], studies["MODEL_CACHE_MAX_BYTES"], studies["PRECISION"]) == (
+        "s3://tils-lab-models/studies/v1.pt2", str(30 * 2**30), "auto")
+    for name, template in pods.items():
+        mounts = {m["name"]: m for m in template["spec"]["containers"][0]["volumeMounts"]}
+        assert mounts["model-cache"] == {"name": "model-cache", "mountPath": "/model-cache", "subPath": name}
+        assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "gpuburst-model-cache"}} in \
+            template["spec"]["volumes"]
+    (pv,) = with_models.monitor.by_type("kubernetes:core/v1:PersistentVolume")
+    assert pv.properties["spec"]["hostPath"]["path"] == "/var/lib/kubelet/gpuburst-model-cache"
+    assert pv.properties["spec"]["capacity"] == {"storage": "50Gi"}  # 20 (default) + 30
+    (nodeclass,) = with_models.monitor.by_type("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    assert "chmod 2770 /var/lib/kubelet/gpuburst-model-cache" in nodeclass.properties["spec"]["userData"]
+
+
+def test_each_worker_role_may_read_its_own_model_object_and_no_other(with_models):
+    policies = {r.name: json.loads(r.properties["policy"])
+                for r in with_models.monitor.by_type("aws:iam/rolePolicy:RolePolicy") if "-worker-" in r.name}
+    for role, own, other in (("slides-worker-policy", "tils/v3.pt2", "studies/v1.pt2"),
+                             ("studies-worker-policy", "studies/v1.pt2", "tils/v3.pt2")):
+        model_grants = [st for st in policies[role]["Statement"] if "tils-lab-models" in json.dumps(st["Resource"])]
+        assert model_grants == [{"Sid": "ReadModelObject", "Effect": "Allow", "Action": ["s3:GetObject"],
+                                 "Resource": f"arn:aws:s3:::tils-lab-models/{own}"}], role
+        assert other not in json.dumps(policies[role])
+    assert any(st["Resource"] == KEY and st["Action"] == ["kms:Decrypt"]
+               for st in policies["slides-worker-policy"]["Statement"])
+    assert KEY not in json.dumps(policies["studies-worker-policy"])
+
+
+def test_messages_per_job_sets_queue_length_max_messages_and_the_deadline_together(with_models):
+    (sj,) = with_models.monitor.by_type(SJ)
+    spec = sj.properties["spec"]
+    assert spec["triggers"][0]["metadata"]["queueLength"] == "25"
+    command = spec["jobTargetRef"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--max-messages") + 1] == "25"
+    assert spec["jobTargetRef"]["activeDeadlineSeconds"] == 45 + 25 * 300
+
+
+def test_without_a_model_there_is_no_cache_and_the_node_user_data_is_the_plain_node_config(own):
+    assert not own.monitor.by_type("kubernetes:core/v1:PersistentVolume")
+    (nodeclass,) = own.monitor.by_type("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    assert yaml.safe_load(nodeclass.properties["spec"]["userData"])["kind"] == "NodeConfig"
+    assert not {"MODEL_URI", "MODEL_CACHE_DIR"} & set(_env(_containers(own)["slides"]))
+
+
+@pytest.fixture(scope="module")
+def prebuilt():
+    config = _lab_config(workerImage=LAB_IMAGE, workerImageCuda="12.8",
+                         warmGpus={"count": 1, "start": "0 8 * * 1-5", "end": "0 13 * * 1-5",
+                                   "timezone": "Europe/London"})
+    return run_under_mocks(lambda: GpuBurstPlatform("p", config, verify_image=config.verify_image))
+
+
+def test_a_prebuilt_image_runs_in_every_worker_pod_and_nothing_is_built(prebuilt):
+    assert not prebuilt.monitor.by_type("docker-build:index:Image")
+    assert not prebuilt.monitor.by_type("gpuburst:index:WorkerImage")
+    pods = _containers(prebuilt)
+    assert {t["spec"]["containers"][0]["image"] for t in pods.values()} == {LAB_IMAGE}
+    assert all(t["metadata"]["annotations"]["gpuburst.io/worker-image-cuda"] == "12.8" for t in pods.values())
+    # The warm floor pre-pulls it and verify's probes run it: no other worker image anywhere in the plan.
+    text = json.dumps([r.properties for r in prebuilt.registrations])
+    assert "worker-image-repo" not in text
+    floor = [r for r in prebuilt.monitor.by_type(DEPLOYMENT) if "warm" in r.name]
+    assert floor and LAB_IMAGE in json.dumps(floor[0].properties)
+    (job,) = prebuilt.monitor.by_type("kubernetes:batch/v1:Job")
+    assert LAB_IMAGE in json.dumps(job.properties)
+
+
+def test_a_prebuilt_image_outside_the_regions_ecr_is_refused_with_the_platforms_network():
+    config = _lab_config(workerImage=f"ghcr.io/tils-lab/worker@sha256:{DIGEST}")
+    with pytest.raises(ConfigError) as e:
+        run_under_mocks(lambda: GpuBurstPlatform("p", config))
+    assert str(e.value).startswith(f"GpuBurstPlatform 'p': gpuburst:workerImage: 'ghcr.io/tils-lab/worker@sha256:"
+                                   f"{DIGEST}' is not valid: an image in this account's ECR in us-east-1")
+    attached = run_under_mocks(lambda: GpuBurstPlatform("p", config, network=ExistingNetwork(
+        "vpc-0example", ["subnet-0a"], vpc_cidr="10.0.0.0/16")))  # another network may reach it: its owner's call
+    assert {t["spec"]["containers"][0]["image"] for t in _containers(attached).values()} == {
+        f"ghcr.io/tils-lab/worker@sha256:{DIGEST}"}
+
+
+def test_a_lab_build_extends_the_built_in_image_and_every_worker_runs_it(tmp_path, monkeypatch):
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "Dockerfile").write_text("ARG GPUBURST_WORKER_IMAGE\nFROM ${GPUBURST_WORKER_IMAGE}\n"
+                                                 "COPY model.pt2 /opt/model/model.pt2\n")
+    (tmp_path / "lab" / "model.pt2").write_bytes(b"weights")
+    monkeypatch.chdir(tmp_path)
+    config = _lab_config(workerBuild={"context": "lab"})
+    res = run_under_mocks(lambda: GpuBurstPlatform("p", config))
+    builds = {r.name: r.properties for r in res.monitor.by_type("docker-build:index:Image")}
+    assert set(builds) == {"p-worker-image-image", "p-lab-image-image"}
+    assert builds["p-lab-image-image"]["buildArgs"]["GPUBURST_WORKER_IMAGE"].split("@")[0].endswith(
+        "p-worker-image-repo")
+    images = {t["spec"]["containers"][0]["image"] for t in _containers(res).values()}
+    assert len(images) == 1 and images.pop().split("@")[0].endswith("p-lab-image-repo")

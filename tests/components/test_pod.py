@@ -11,7 +11,7 @@ from components.catalogue import KUBERNETES_VERSION
 from components.pod import hardened_pod_spec, hardened_pod_template, worker_network_policy, worker_policy
 from components.spec.policy_documents import allow_wildcard_actions
 from components.spec.validation import ConfigError
-from components.spec.worker_pod import WorkerPodSettings, image_digest_problem
+from components.spec.worker_pod import ModelMount, WorkerPodSettings, image_digest_problem
 from components.synth.mocks import run_under_mocks
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "ab" * 32
@@ -241,3 +241,52 @@ def test_worker_may_send_only_to_its_dead_letter_queue():
     assert sends == [{"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": dlq}]
     without = worker_policy(q, "arn:aws:s3:::results", "slides/", "results/", slides_bucket_arn="arn:aws:s3:::slides")
     assert not any("sqs:SendMessage" in st["Action"] for st in without["Statement"])
+
+
+MODEL = ModelMount(uri="s3://tils-lab-models/tils/v3.pt2", sha256="ef" * 32, cache_claim="gpuburst-model-cache",
+                   cache_sub_path="slides", cache_max_bytes=20 * 2**30)
+
+
+def test_a_model_gives_the_pod_its_uri_digest_and_its_workloads_cache_folder():
+    s = spec(model=MODEL, precision="fp32", annotations={"gpuburst.io/worker-image-cuda": "12.8"})
+    env = env_of(s)
+    assert (env["MODEL_URI"], env["MODEL_SHA256"]) == (MODEL.uri, MODEL.sha256)
+    assert (env["MODEL_CACHE_DIR"], env["MODEL_CACHE_MAX_BYTES"], env["PRECISION"]) == (
+        "/model-cache", str(20 * 2**30), "fp32")
+    assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "gpuburst-model-cache"}} in s["volumes"]
+    assert {"name": "model-cache", "mountPath": "/model-cache", "subPath": "slides"} in \
+        s["containers"][0]["volumeMounts"]
+    # The cache is a claim, never a hostPath in the pod: the namespace's Pod Security `restricted` refuses those.
+    assert not any("hostPath" in v for v in s["volumes"])
+
+
+def test_without_a_model_or_a_cache_no_model_env_and_no_volume():
+    assert not {"MODEL_URI", "MODEL_CACHE_DIR", "PRECISION"} & set(env_of(spec()))
+    s = spec(model=ModelMount(uri=MODEL.uri, sha256=MODEL.sha256))
+    assert "MODEL_URI" in env_of(s) and "MODEL_CACHE_DIR" not in env_of(s)
+    assert [v["name"] for v in s["volumes"]] == ["scratch", "tmp"]
+
+
+def test_a_template_with_a_model_and_annotations_validates_as_a_pod_strictly():
+    t = hardened_pod_template(WorkerPodSettings(image=IMAGE, model=MODEL, annotations={"a.io/b": "c"}),
+                              command=["python"], queue_url=QUEUE_URL, service_account_name="w",
+                              restart_policy="Never", labels={"app": "x"})
+    assert t["metadata"]["annotations"] == {"a.io/b": "c", "karpenter.sh/do-not-disrupt": "true"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "gpuburst", **t["metadata"]},
+           "spec": t["spec"]}
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_worker_may_read_exactly_its_model_object_and_decrypt_with_its_key():
+    key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    doc = worker_policy(QUEUE_ARN, BUCKET_ARN, "slides/", "results/",
+                        model=ModelMount(uri=MODEL.uri, sha256=MODEL.sha256, kms_key_arn=key))
+    model_bucket = [st for st in doc["Statement"] if "tils-lab-models" in str(st["Resource"])]
+    assert model_bucket == [{"Sid": "ReadModelObject", "Effect": "Allow", "Action": ["s3:GetObject"],
+                             "Resource": "arn:aws:s3:::tils-lab-models/tils/v3.pt2"}]
+    decrypts = [st for st in doc["Statement"] if st["Resource"] == key]
+    assert decrypts == [{"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": key,
+                         "Condition": {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}}}]
+    assert allow_wildcard_actions(doc["Statement"]) == []
+    assert not any("tils-lab-models" in str(st["Resource"]) for st in worker_policy(
+        QUEUE_ARN, BUCKET_ARN, "slides/", "results/")["Statement"])

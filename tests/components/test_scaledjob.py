@@ -12,7 +12,13 @@ import pytest
 from components import catalogue
 from components.keda import Keda, KedaArgs
 from components.pod import WorkerPodSettings
-from components.scaledjob import GpuScaledJob, GpuScaledJobArgs, ScaledJobSettings, scaled_job_manifest
+from components.scaledjob import (
+    GpuScaledJob,
+    GpuScaledJobArgs,
+    ScaledJobSettings,
+    scaled_job_manifest,
+    settings_for_batch,
+)
 from components.spec.policy_documents import allow_wildcard_actions
 from components.spec.validation import ConfigError
 from components.spec.workload import WorkloadFacts
@@ -255,3 +261,22 @@ def test_polling_interval_from_the_stack_config_is_checked():
     with pytest.raises(ConfigError, match=r"^GpuScaledJob '[^']+': ScaledJobSettings.polling_interval_s: 2 is not "
                                           r"valid"):
         run_with_polling(2)
+
+
+def test_a_batch_sets_queue_length_and_max_messages_together_and_grows_the_deadline():
+    settings = settings_for_batch(25, model_load_s=45, expected_processing_s=300, max_replica_count=8,
+                                  polling_interval_s=15)
+    assert (settings.queue_length, settings.max_messages_per_job, settings.polling_interval_s) == ("25", 25, 15)
+    assert settings.active_deadline_s == 45 + 25 * 300  # the whole Job: its model load and 25 messages
+    res = run(settings=settings)
+    (r,) = res.monitor.by_type(SJ)
+    spec = r.properties["spec"]
+    assert spec["triggers"][0]["metadata"]["queueLength"] == "25"
+    command = spec["jobTargetRef"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--max-messages") + 1] == "25"
+    assert spec["jobTargetRef"]["activeDeadlineSeconds"] == 7545
+
+
+def test_a_batch_of_one_keeps_the_deadline_floor():
+    assert settings_for_batch(1, model_load_s=45, expected_processing_s=300, max_replica_count=8).active_deadline_s \
+        == 3600

@@ -1,5 +1,5 @@
-"""Tests for `worker-image-gpu-support`: the worker image's torch build against the GPUs a NodePool may launch and the
-AMI's driver."""
+"""Tests for `worker-image-gpu-support`: the worker image's torch build (or a lab image's declared CUDA) against the
+GPUs a NodePool may launch and the AMI's driver; and `worker-image-unchecked`, a lab image that declares nothing."""
 from __future__ import annotations
 
 import re
@@ -145,3 +145,71 @@ def test_in_a_partial_plan_another_stacks_node_class_is_judged_by_its_alias_or_s
            "'gpu' boots driver 570" in message
     (_u, message), = rule.hardware_findings(resources, FACTS, TORCH, "580", scope=partial("al2023@v20250101"))
     assert "'al2023@v20250101'" in message and "does not record" in message
+
+
+# -- a lab's own image: its declared CUDA, or an advisory that it could not be checked --------------------------------
+
+LAB = "123456789012.dkr.ecr.us-east-1.amazonaws.com/tils-lab-worker@sha256:" + "ef" * 32
+
+
+def worker_job(image: str = LAB, cuda: str | None = None, label: str = "gpuburst-worker") -> Res:
+    template = {"metadata": {"labels": {"app.kubernetes.io/name": label},
+                             "annotations": {"gpuburst.io/worker-image-cuda": cuda} if cuda else {}},
+                "spec": {"containers": [{"name": "worker", "image": image}]}}
+    return res("kubernetes:keda.sh/v1alpha1:ScaledJob", "slides-scaledjob",
+               {"metadata": {"name": "slides", "namespace": "gpuburst"}, "spec": {"jobTargetRef": {
+                   "template": template}}})
+
+
+def lab_world(types, cuda, image=LAB):
+    return [worker_job(image, cuda), *world(types)[1:]]  # no image build: the lab's prebuilt image
+
+
+def test_a_declared_cuda_is_judged_by_its_majors_floors():
+    types = ("p3.2xlarge", "g5.2xlarge")
+    assert rule.hardware_findings(lab_world(types, "12.8"), FACTS, TORCH, "580") == []  # CUDA 12: sm_50 and newer
+    ((urn, message),) = rule.hardware_findings(lab_world(types, "13.0"), FACTS, TORCH, "580")
+    assert urn.endswith("NodePool::gpu-pool")
+    assert message.startswith(f"worker image {LAB!r} (CUDA 13.0, declared by gpuburst.io/worker-image-cuda) cannot "
+                              "run on p3.2xlarge (v100, sm_70)")
+    assert catalogue.CUDA_RUNTIME_FLOORS_SOURCE in message
+
+
+def test_a_declared_cuda_needs_its_majors_driver():
+    assert rule.hardware_findings(lab_world(("g5.2xlarge", "g6.2xlarge"), "12.8"), FACTS, TORCH, "570") == []
+    ((_, message),) = rule.hardware_findings(lab_world(("g5.2xlarge", "g6.2xlarge"), "13.0"), FACTS, TORCH, "570")
+    assert "(CUDA 13.0, declared by gpuburst.io/worker-image-cuda) needs NVIDIA driver >= 580" in message
+
+
+def test_a_declared_cuda_the_catalogue_does_not_know_is_a_violation_on_the_pod():
+    ((urn, message),) = rule.hardware_findings(lab_world(("g5.2xlarge", "g6.2xlarge"), "11.8"), FACTS, TORCH, "580")
+    assert urn.endswith("ScaledJob::slides-scaledjob")
+    assert "annotations['gpuburst.io/worker-image-cuda'] = '11.8': not a CUDA version" in message
+
+
+def test_a_prebuilt_image_that_declares_nothing_is_named_once_as_not_checked():
+    resources = [worker_job(), res("kubernetes:apps/v1:Deployment", "studies-deployment", {
+        "metadata": {"name": "studies", "namespace": "gpuburst"},
+        "spec": {"template": worker_job().props["spec"]["jobTargetRef"]["template"]}}), *world()[1:]]
+    ((urn, message),) = rule.unchecked_findings(resources)
+    assert urn.endswith("ScaledJob::slides-scaledjob")
+    assert message.startswith(f"worker image {LAB!r} (ScaledJob gpuburst/slides, Deployment gpuburst/studies) is not "
+                              "built in this plan and declares no CUDA")
+    assert "gpuburst:workerImageCuda" in message
+    assert rule.hardware_findings(resources, FACTS, TORCH, "580") == []  # nothing it could judge
+
+
+def test_a_built_declared_or_non_worker_image_is_not_named():
+    built = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker-image-repo"
+    build = res("docker-build:index:Image", "worker-image", {"dockerfile": {"location": "worker/Dockerfile"},
+                                                             "tags": [f"{built}:src-0123456789abcdef"]})
+    assert rule.unchecked_findings([build, worker_job(f"{built}@sha256:{'1' * 64}")]) == []
+    assert rule.unchecked_findings([worker_job(cuda="12.8")]) == []
+    assert rule.unchecked_findings([worker_job(label="someone-else")]) == []
+
+
+def test_the_unchecked_rule_is_advisory_over_grpc(analyze):
+    plan = {"resources": [{"type": r.type, "name": r.name, "properties": r.props} for r in
+                          [worker_job(), *world()[1:]]]}
+    found = analyze(plan).by_policy(rule.UNCHECKED_NAME)
+    assert len(found) == 1 and found[0].level == "ADVISORY" and LAB in found[0].message

@@ -44,10 +44,10 @@ def test_every_rule_module_is_in_the_pack_with_unique_names():
         assert policy.enforcement_level is not None, policy.name
 
 
-def test_only_the_identity_owner_support_window_session_tags_and_boundary_rules_are_advisory_by_default():
+def test_only_the_identity_owner_support_window_session_tags_boundary_and_unchecked_image_rules_are_advisory():
     advisory = {p.name for p in pack.all_policies() if p.enforcement_level == EnforcementLevel.ADVISORY}
     assert advisory == {keda_provider.IDENTITY_OWNER_NAME, versions.SUPPORT_WINDOW_NAME, trust.SESSION_TAGS_NAME,
-                        boundary.NAME}
+                        boundary.NAME, hardware.UNCHECKED_NAME}
 
 
 def test_importing_the_package_builds_no_pack():

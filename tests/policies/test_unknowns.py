@@ -77,6 +77,10 @@ def unknown_everywhere(samples) -> dict:
     sj["metadata"]["annotations"]["gpuburst.io/stateful"] = U
     sj["spec"]["triggers"][0]["metadata"] = U
     sj["spec"]["jobTargetRef"]["template"]["spec"]["tolerations"] = U
+    sj["spec"]["jobTargetRef"]["template"]["spec"]["containers"][0]["command"] = [
+        "python", "-m", "worker", "consume", "--mode", "job", "--max-messages", "1"]  # against the unknown queueLength
+    cache = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "model-cache"},
+             "spec": {"hostPath": {"path": U, "type": "Directory"}, "claimRef": {"name": "gpuburst-model-cache"}}}
     queue = samples.work_queue()
     queue["visibilityTimeoutSeconds"] = U
     crd = samples.chart("karpenter-crd")
@@ -106,7 +110,8 @@ def unknown_everywhere(samples) -> dict:
                         ("kubernetes:networking.k8s.io/v1:NetworkPolicy", egress),
                         ("aws:cloudwatch/logGroup:LogGroup", {"name": U, "retentionInDays": 30}),
                         ("aws:iam/role:Role", {"assumeRolePolicy": trust}),
-                        ("aws:s3/bucket:Bucket", {"tags": {"gpuburst.io/data-class": U}}))
+                        ("aws:s3/bucket:Bucket", {"tags": {"gpuburst.io/data-class": U}}),
+                        ("kubernetes:core/v1:PersistentVolume", cache))
 
 
 def test_over_grpc_every_mandatory_rule_flags_its_unknown_as_mandatory(analyze, samples):

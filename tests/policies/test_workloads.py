@@ -1,4 +1,5 @@
-"""Tests for the workload rules: SQS trigger auth, ScaledJob rollout and statelessness, GPU pod placement."""
+"""Tests for the workload rules: SQS trigger auth, ScaledJob rollout, statelessness and messages per Job, GPU pod
+placement."""
 from __future__ import annotations
 
 import pytest
@@ -213,3 +214,80 @@ def test_tolerations_that_do_not_tolerate_the_gpu_taint_fail(run_rule, samples, 
     props, path = with_pod(samples, "T_DEPLOYMENT", lambda p: p.update(tolerations=[toleration]))
     messages = run_rule(rule.PLACEMENT_POLICY, samples.T_DEPLOYMENT, props)
     assert len(messages) == 1 and "has no toleration for the nvidia.com/gpu:NoSchedule taint" in messages[0]
+
+
+# -- scaledjob-messages-per-job ----------------------------------------------------------------------------------------
+
+def batch_job(samples, queue_length, *argv: str) -> dict:
+    sj = samples.scaled_job()
+    if queue_length is None:
+        del sj["spec"]["triggers"][0]["metadata"]["queueLength"]
+    else:
+        sj["spec"]["triggers"][0]["metadata"]["queueLength"] = queue_length
+    sj["spec"]["jobTargetRef"]["template"]["spec"]["containers"][0]["command"] = [
+        "python", "-m", "worker", "consume", "--mode", "job", *argv]
+    return sj
+
+
+@pytest.mark.parametrize("queue_length,argv", [("25", ("--max-messages", "25")), ("1", ("--max-messages", "1")),
+                                               ("25", ("--max-messages=25",)), (None, ("--max-messages", "5")),
+                                               ("25", ())])
+def test_a_queue_length_equal_to_the_workers_max_messages_passes(run_rule, samples, queue_length, argv):
+    assert run_rule(rule.BATCH_POLICY, samples.T_SCALEDJOB, batch_job(samples, queue_length, *argv)) == []
+
+
+def test_a_queue_length_other_than_the_workers_max_messages_fails_naming_both(run_rule, samples):
+    (message,) = run_rule(rule.BATCH_POLICY, samples.T_SCALEDJOB, batch_job(samples, "1", "--max-messages", "25"))
+    assert message.startswith("spec.triggers[0].metadata.queueLength = '1' but spec.jobTargetRef.template.spec."
+                              "containers[0].command[7] (--max-messages) = '25': ")
+    assert "messagesPerJob" in message
+
+
+def test_an_unset_queue_length_is_keda_s_default(run_rule, samples):
+    (message,) = run_rule(rule.BATCH_POLICY, samples.T_SCALEDJOB, batch_job(samples, None, "--max-messages", "25"))
+    assert f"queueLength is unset (KEDA's default {catalogue.KEDA_SQS_DEFAULT_QUEUE_LENGTH})" in message
+
+
+def test_an_unknown_queue_length_is_said(run_rule, samples):
+    (message,) = run_rule(rule.BATCH_POLICY, samples.T_SCALEDJOB, batch_job(samples, samples.U, "--max-messages", "2"))
+    assert "spec.triggers[0].metadata.queueLength" in message and "unknown during preview" in message
+
+
+# -- worker-host-path --------------------------------------------------------------------------------------------------
+
+T_PV = "kubernetes:core/v1:PersistentVolume"
+
+
+def cache_volume(**host) -> dict:
+    from components.model_cache import model_cache_manifests
+
+    pv, _ = model_cache_manifests(namespace="gpuburst", volume_name="gpuburst-dev-model-cache", capacity_gib=20)
+    pv["spec"]["hostPath"].update(host)
+    return pv
+
+
+def test_the_model_caches_volume_passes_and_any_other_host_path_volume_fails(run_rule):
+    assert run_rule(rule.HOST_PATH_POLICY, T_PV, cache_volume()) == []
+    (message,) = run_rule(rule.HOST_PATH_POLICY, T_PV, cache_volume(path="/"))
+    assert message.startswith("spec.hostPath = {path: '/', type: 'Directory'} (claimRef.name 'gpuburst-model-cache')")
+    assert "'/var/lib/kubelet/gpuburst-model-cache'" in message
+    assert run_rule(rule.HOST_PATH_POLICY, T_PV, cache_volume(type="DirectoryOrCreate"))
+    other_claim = cache_volume()
+    other_claim["spec"]["claimRef"]["name"] = "scratch"
+    assert run_rule(rule.HOST_PATH_POLICY, T_PV, other_claim)
+    nfs = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "n"},
+           "spec": {"nfs": {"server": "10.0.0.1", "path": "/"}}}
+    assert run_rule(rule.HOST_PATH_POLICY, T_PV, nfs) == []
+
+
+def test_a_worker_pod_with_a_host_path_volume_fails_and_others_are_not_judged(run_rule, samples):
+    sj = samples.scaled_job()
+    template = sj["spec"]["jobTargetRef"]["template"]
+    template["spec"]["volumes"] = [{"name": "cache", "hostPath": {"path": "/var/lib/kubelet/gpuburst-model-cache"}}]
+    assert run_rule(rule.HOST_PATH_POLICY, samples.T_SCALEDJOB, sj) == []  # not labelled a worker
+    template["metadata"] = {"labels": {"app.kubernetes.io/name": "gpuburst-worker"}}
+    (message,) = run_rule(rule.HOST_PATH_POLICY, samples.T_SCALEDJOB, sj)
+    assert message.startswith("spec.jobTargetRef.template.spec.volumes[0].hostPath = {path: ") and \
+        "restricted" in message
+    template["spec"]["volumes"] = [{"name": "c", "persistentVolumeClaim": {"claimName": "gpuburst-model-cache"}}]
+    assert run_rule(rule.HOST_PATH_POLICY, samples.T_SCALEDJOB, sj) == []

@@ -102,3 +102,29 @@ def test_a_pattern_set_in_the_config_is_what_is_built_even_when_the_chooser_woul
     assert forced.pattern == "consumer"
     assert "set in the config" in forced.reason and "would pick scaledjob" in forced.reason
     assert (forced.jobs_s, forced.consumer_s) == (choose_pattern(f).jobs_s, choose_pattern(f).consumer_s)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Jobs of N messages (messagesPerJob): one model load per Job.
+# --------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,m,per_job,load,per", [(200, 8, 25, 45, 8), (20, 8, 5, 45, 8), (64, 4, 16, 120, 30)])
+def test_formulas_with_messages_per_job(n, m, per_job, load, per):
+    # Here every Job gets exactly its N messages (n = jobs x N, all started at once), so none waits on an empty queue.
+    jobs_s, consumer_s, wall = estimates(facts(burst_items=n, max_replicas=m, model_load_s=load,
+                                               seconds_per_item=per), messages_per_job=per_job)
+    assert jobs_s == math.ceil(n / per_job) * load + n * per
+    assert consumer_s == load + n * per
+    assert wall == math.ceil(n / (m * per_job)) * (load + per_job * per)
+
+
+def test_messages_per_job_can_turn_the_choice_to_jobs():
+    # 20 short items: one message per Job pays 3 rounds of loads (141 s) > one consumer (85 s) ...
+    f = facts(burst_items=20, seconds_per_item=2, max_replicas=8)
+    assert choose_pattern(f).pattern == "consumer"
+    # ... 4 Jobs of 5 messages load once each: 45 + 5 x 2 = 55 s < 85 s.
+    choice = choose_pattern(f, messages_per_job=5)
+    assert (choice.pattern, choice.jobs_wall_s) == ("scaledjob", 55) and "of up to 5 messages" in choice.reason
+    # One Job of all the messages is the consumer's arithmetic: a tie, which goes to the consumer.
+    assert choose_pattern(f, messages_per_job=20).pattern == "consumer"
+    assert require_pattern(f, "scaledjob", messages_per_job=20).pattern == "scaledjob"

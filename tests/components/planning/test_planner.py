@@ -32,7 +32,7 @@ from components.planning.chooser import choose_pattern
 from components.spec.validation import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
-IMAGE_PULL = 12  # the layered worker image, FastImagePull on the NVMe RAID0 (test_image_layers.py checks the model)
+IMAGE_PULL = 13  # the layered worker image, FastImagePull on the NVMe RAID0 (test_image_layers.py checks the model)
 COLD_NODE = 13 + 40 + 36 + IMAGE_PULL  # nodeclaim + EC2 Ready + GPU registered + image pull (catalogue defaults)
 
 
@@ -65,8 +65,8 @@ def test_warm_independent_work_matches_the_chooser(dev):
 def test_cold_start_pays_poll_node_image_and_load(dev):
     wp = plan_workload(dev, workload(dev, "studies"))
     jobs, consumer = wp.patterns["scaledjob"], wp.patterns["consumer"]
-    assert consumer.time_to_first_result_s == COLD_NODE + 45 + 8 == 154  # no KEDA poll: the consumer long-polls
-    assert jobs.time_to_first_result_s == 30 + COLD_NODE + 45 + 8 == 184
+    assert consumer.time_to_first_result_s == COLD_NODE + 45 + 8 == 155  # no KEDA poll: the consumer long-polls
+    assert jobs.time_to_first_result_s == 30 + COLD_NODE + 45 + 8 == 185
     assert consumer.cold_start_s == COLD_NODE + 45
     assert consumer.time_to_last_result_s == COLD_NODE + 205
     # Ordered Jobs run one at a time and each waits for KEDA's next poll after the previous one ends.
@@ -150,7 +150,8 @@ def test_billing_minimum_and_consolidation_tail():
 def test_stage_table_has_a_source_for_each_stage_and_the_published_figures():
     table = catalogue.STAGE_DURATIONS
     assert {k: v.seconds for k, v in table.items()} == {"poll": 30, "nodeclaim": 13, "ec2_ready": 40,
-                                                         "gpu_registered": 36, "image_pull": IMAGE_PULL}
+                                                         "gpu_registered": 36, "image_pull": IMAGE_PULL,
+                                                         "model_fetch": 0, "model_cache_hit": 0}  # model in image
     assert all(len(s.source) > 20 for s in table.values())
     assert "data-on-eks" in table["ec2_ready"].source and "karpenter-blueprints" in table["image_pull"].source
     node_stages = sum(table[s].seconds for s in planner.NODE_STAGES)
@@ -508,15 +509,15 @@ def test_fast_image_pull_and_the_nvme_raid0_shorten_the_cold_start(dev):
     on = plan_workload(dev, w)
     off = plan_workload(dataclasses.replace(dev, fast_image_pull=False), w)
     no_raid = plan_workload(dataclasses.replace(dev, fast_image_pull=False, gpu_instance_store_policy="none"), w)
-    assert on.patterns["consumer"].stages["image_pull"] == IMAGE_PULL < one_stream == 30
+    assert on.patterns["consumer"].stages["image_pull"] == IMAGE_PULL < one_stream == 31
     for before in (off, no_raid):
         assert before.patterns["consumer"].stages["image_pull"] == one_stream
         assert (before.patterns["consumer"].time_to_first_result_s
                 - on.patterns["consumer"].time_to_first_result_s) == one_stream - IMAGE_PULL
     assert "parallel pull" in on.image_pull and "fastImagePull is off" in off.image_pull
     table = planner.plans_table({"studies": [off]})
-    assert "image pull: worker image ~2.86 GB compressed, largest layer 0.53 GB" in table
-    assert "30 s as one stream" in table
+    assert "image pull: worker image ~2.97 GB compressed, largest layer 0.55 GB" in table
+    assert "31 s as one stream" in table
 
 
 def test_nodeadm_ignores_fast_image_pull_on_small_nodes_and_the_planner_knows(dev, monkeypatch):
@@ -525,3 +526,42 @@ def test_nodeadm_ignores_fast_image_pull_on_small_nodes_and_the_planner_knows(de
     assert not planner.parallel_pull(dev, "g4dn.xlarge")
     assert planner.parallel_pull(dev, "g4dn.2xlarge")
     assert not planner.parallel_pull(dev, "x9.unknown")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A lab's own model (issue 17): the first Job on a node fetches it from S3, later ones check the cached file.
+# --------------------------------------------------------------------------------------------------------------------
+
+def test_the_first_job_on_a_node_fetches_the_model_and_later_ones_read_the_cache():
+    stages = stage_durations(warm=True, overrides={"model_fetch": 31, "model_cache_hit": 6})
+    plan = simulate("scaledjob", items=3, model_load_s=45, seconds_per_item=8, parallel=1, stages=stages)
+    assert plan.model_fetches == 1 and plan.nodes_launched == 1
+    pods = plan.timeline["pods"]
+    assert [p["serving"] - p["start"] for p in pods] == [31 + 45, 6 + 45, 6 + 45]
+    # Two Jobs that start together on one 4-GPU node: one fetches, the other waits for it, then reads the cache.
+    four = catalogue.INSTANCE_TYPES["g4dn.12xlarge"]
+    node = planner.NodeType(four.name, 4, 4, four.on_demand_usd_per_hour, "on-demand")
+    cold = stage_durations(overrides={"poll": 0, "model_fetch": 31, "model_cache_hit": 6})
+    pair = simulate("scaledjob", items=2, model_load_s=45, seconds_per_item=8, parallel=2, stages=cold, node=node)
+    starts = sorted((p["start"], p["serving"]) for p in pair.timeline["pods"])
+    assert pair.model_fetches == 1 and starts[0][0] == starts[1][0]
+    assert sorted(s for _, s in starts) == [starts[0][0] + 31 + 45, starts[0][0] + 31 + 6 + 45]
+
+
+def test_a_workload_with_its_own_model_pays_the_catalogues_fetch(dev):
+    from components.config import ModelSource
+
+    w = dataclasses.replace(workload(dev, "slides"), model=ModelSource("s3://lab-models/m.pt2", "0" * 64),
+                            messages_per_job=25)
+    plan = plan_workload(dev, w, Burst(200)).patterns["scaledjob"]
+    fetch = round(catalogue.model_fetch_seconds())
+    hit = round(catalogue.model_cache_hit_seconds())
+    assert plan.stages["model_fetch"] == fetch == round(catalogue.MODEL_BYTES_ASSUMED
+                                                        / catalogue.MODEL_FETCH_BYTES_PER_S)
+    assert plan.stages["model_cache_hit"] == hit > 0
+    assert plan.model_fetches == 8  # one per node: 8 Jobs of 25 on 8 one-GPU nodes
+    assert plan.time_to_last_result_s == 30 + COLD_NODE + fetch + 45 + 25 * 8
+    # Without the NVMe RAID0 the cache sits on the gp3 root volume: its 125 MiB/s bounds the cache hit.
+    assert catalogue.model_cache_hit_seconds(on_nvme=False) > catalogue.model_cache_hit_seconds()
+    # The built-in model is in the image: nothing to fetch.
+    assert plan_workload(dev, workload(dev, "slides")).patterns["scaledjob"].stages["model_fetch"] == 0

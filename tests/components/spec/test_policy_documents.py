@@ -237,3 +237,22 @@ def test_pod_identity_subject_check():
         pd.check_pod_identity_subject("a" * 64, "sa")
     with pytest.raises(ConfigError, match="^service_account: "):
         pd.check_pod_identity_subject("gpuburst", "Bad_SA")
+
+
+def test_s3_object_read_statements_grant_that_one_object_and_decrypt_through_s3_only():
+    key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    read, decrypt = pd.s3_object_read_statements("arn:aws:s3:::tils-lab-models/tils/v3.pt2", kms_key_arn=key)
+    assert read == {"Sid": "ReadModelObject", "Effect": "Allow", "Action": ["s3:GetObject"],
+                    "Resource": "arn:aws:s3:::tils-lab-models/tils/v3.pt2"}
+    assert decrypt == {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": key,
+                       "Condition": {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}}}
+    assert pd.s3_object_read_statements("arn:aws:s3:::tils-lab-models/v3.pt2") == [
+        {"Sid": "ReadModelObject", "Effect": "Allow", "Action": ["s3:GetObject"],
+         "Resource": "arn:aws:s3:::tils-lab-models/v3.pt2"}]
+
+
+@pytest.mark.parametrize("arn", ["arn:aws:s3:::tils-lab-models", "arn:aws:s3:::tils-lab-models/*",
+                                 "arn:aws:s3:::tils-lab-models/models/v?.pt2"])
+def test_s3_object_read_statements_refuse_a_bucket_or_a_wildcard(arn):
+    with pytest.raises(ConfigError, match=r"^object_arn: .* is not valid: one S3 object's ARN"):
+        pd.s3_object_read_statements(arn)

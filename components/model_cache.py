@@ -1,0 +1,96 @@
+"""The node-local model cache: a hostPath PersistentVolume on every GPU node's kubelet disk, claimed in the workloads'
+namespace, and the node user data that makes its folder; the worker pods mount it with their workload as subPath.
+
+Why a PersistentVolume and not a hostPath volume in the pod: the workloads' namespace enforces the Pod Security
+Standard `restricted`, which refuses a pod whose `spec.volumes` holds a hostPath (so does `baseline`). A pod that
+mounts a claim passes; the claim is bound to this one PersistentVolume, which only the stack (a cluster
+administrator) can create, and which names one folder. A hostPath volume has no node affinity: each pod mounts the
+folder of the node it runs on, which is the point of the cache (the second Job on a node reads the model from local
+disk). `ReadWriteMany` says that many nodes use it at once; a hostPath is not attachable, so nothing arbitrates it.
+
+Why that folder (`names.MODEL_CACHE_HOST_PATH`, in kubelet's root): it is on the local NVMe wherever
+`instanceStorePolicy: RAID0` put kubelet there, and on the root volume elsewhere, whichever order nodeadm sets up the
+disks and runs the user data in. The user data makes it `root:10001` with mode 2770 (`hostPath.type: Directory`: a
+node that lacks it fails the mount visibly instead of caching as root); kubelet makes each workload's subPath folder
+with the same mode, and the setgid bit gives it the worker's group, so uid 10001 writes there and no one else but
+root. The worker verifies every model's digest when it reads it from the cache, and keeps the cache under
+MODEL_CACHE_MAX_BYTES.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .spec.names import MODEL_CACHE_CLAIM, MODEL_CACHE_HOST_PATH, WORKER_UID
+from .spec.validation import ConfigError, names_its_errors
+
+CACHE_DIR_MODE = "2770"
+"""Mode of the cache's node folder: setgid, read-write-search for its owner (root) and group (the worker's)."""
+
+
+def cache_folder_script(host_path: str = MODEL_CACHE_HOST_PATH) -> str:
+    """The shell script (a `text/x-shellscript` user data part) that makes the cache's node folder."""
+    return ("#!/bin/bash\n"
+            "# gpuburst: the node-local model cache (components/model_cache.py); kubelet's root is on the NVMe RAID0.\n"
+            "set -euo pipefail\n"
+            f"mkdir -p {host_path}\n"
+            f"chown root:{WORKER_UID} {host_path}\n"
+            f"chmod {CACHE_DIR_MODE} {host_path}\n")
+
+
+def model_cache_manifests(*, namespace: str, volume_name: str, capacity_gib: int,
+                          host_path: str = MODEL_CACHE_HOST_PATH,
+                          claim_name: str = MODEL_CACHE_CLAIM) -> tuple[dict, dict]:
+    """(PersistentVolume, PersistentVolumeClaim) of the cache, bound to each other (`claimRef` and `volumeName`, empty
+    storage class: no provisioner, no default class). `capacity_gib` is what the workloads' caches may hold
+    together (a hostPath's size is not enforced: each worker keeps its own under MODEL_CACHE_MAX_BYTES)."""
+    if not (isinstance(capacity_gib, int) and not isinstance(capacity_gib, bool) and capacity_gib > 0):
+        raise ConfigError("capacity_gib", capacity_gib, "a positive int of GiB")
+    labels = {"app.kubernetes.io/name": "gpuburst-model-cache", "app.kubernetes.io/part-of": "gpuburst"}
+    storage = {"storage": f"{capacity_gib}Gi"}
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume",
+          "metadata": {"name": volume_name, "labels": labels},
+          "spec": {"capacity": storage, "accessModes": ["ReadWriteMany"],
+                   "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "", "volumeMode": "Filesystem",
+                   "claimRef": {"namespace": namespace, "name": claim_name},
+                   "hostPath": {"path": host_path, "type": "Directory"}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": claim_name, "namespace": namespace, "labels": labels},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume_name,
+                    "volumeMode": "Filesystem", "resources": {"requests": storage}}}
+    return pv, pvc
+
+
+@dataclass
+class ModelCacheArgs:
+    """Inputs of a ModelCache."""
+
+    namespace: str
+    """The workloads' namespace (the claim lives there; it must exist). Required."""
+    volume_name: str
+    """Name of the cluster-scoped PersistentVolume (unique in the cluster, e.g. `<namespace>-model-cache`). Required."""
+    capacity_gib: int
+    """What the workloads' caches may hold together, GiB (the sum of their `cacheGiB`). Required."""
+    depends_on: list[pulumi.Resource] | None = None
+    """What the claim waits for (the namespace). Default none."""
+
+
+@names_its_errors
+class ModelCache(pulumi.ComponentResource):
+    """The cache's PersistentVolume and its claim (`model_cache_manifests`)."""
+
+    claim_name: str
+
+    def __init__(self, name: str, args: ModelCacheArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        pv, pvc = model_cache_manifests(namespace=args.namespace, volume_name=args.volume_name,
+                                        capacity_gib=args.capacity_gib)
+        super().__init__("gpuburst:index:ModelCache", name, None, opts)
+        volume = k8s.core.v1.PersistentVolume(f"{name}-volume", metadata=pv["metadata"], spec=pv["spec"],
+                                              opts=pulumi.ResourceOptions(parent=self))
+        k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-claim", metadata=pvc["metadata"], spec=pvc["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[volume, *(args.depends_on or [])]))
+        self.claim_name = pvc["metadata"]["name"]
+        self.register_outputs({"claimName": self.claim_name, "volumeName": args.volume_name})
