@@ -373,12 +373,24 @@ def _last_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
     return lo
 
 
+def _undominated(ranked: list[Option]) -> list[Option]:
+    """`ranked` less each option that an option ranked before it matches or beats on cost, first and last result: a
+    list of five near-copies of the cheapest says less than the cheapest and what more money buys."""
+    kept: list[Option] = []
+    for o in ranked:
+        if not any(k.cost_usd <= o.cost_usd + 1e-9 and k.time_to_first_result_s <= o.time_to_first_result_s
+                   and k.time_to_last_result_s <= o.time_to_last_result_s for k in kept):
+            kept.append(o)
+    return kept
+
+
 def advise(config: StackConfig, workload_name: str, burst: Burst, *, deadline_s: float | None = None,
            budget_usd: float | None = None, overrides: Mapping[str, float] | None = None, top: int = ADVICE_TOP,
-           stack: str = "dev", clock: Callable[[], float] = time.perf_counter) -> Advice:
+           stack: str = "dev", clock: Callable[[], float] = time.perf_counter, undominated: bool = True) -> Advice:
     """Search the configurations of `workload_name`'s `burst` on `config` (see the module docstring) and rank those
     that meet `deadline_s` (cheapest first; within `budget_usd` too when given) or, with only a budget, those within
-    it (fastest first). A one-line ConfigError for a goal-less call or an unknown workload."""
+    it (fastest first). With `undominated` (default), an option that one ranked before it matches or beats on cost,
+    first and last result is left out. A one-line ConfigError for a goal-less call or an unknown workload."""
     t0 = clock()
     if deadline_s is None and budget_usd is None:
         raise ConfigError("--deadline", None, "a deadline (e.g. 3h) or --budget USD: what the search aims at")
@@ -451,7 +463,7 @@ def advise(config: StackConfig, workload_name: str, burst: Burst, *, deadline_s:
         good.sort(key=lambda o: (round(o.cost_usd, 9), o.time_to_last_result_s, o.time_to_first_result_s, o.key()))
     else:
         good.sort(key=lambda o: (o.time_to_last_result_s, round(o.cost_usd, 9), o.time_to_first_result_s, o.key()))
-    good = [search.with_pattern(o) for o in good[:max(1, top)]]
+    good = [search.with_pattern(o) for o in (_undominated(good) if undominated else good)[:max(1, top)]]
     current = _current(search, config, w, burst, overrides)
     from .report import bound_paragraph
 

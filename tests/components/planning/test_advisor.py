@@ -128,6 +128,21 @@ def test_the_search_is_quick_deterministic_and_reports_its_size(dev, three_hours
     assert (a.simulations, a.evaluated, a.space, a.meeting) == (b.simulations, b.evaluated, b.space, b.meeting)
 
 
+def test_no_listed_option_is_matched_or_beaten_by_one_listed_before_it(dev):
+    everything = advise(dev, "slides", BURST, deadline_s=3 * 3600, top=400, undominated=False).options
+    listed = advise(dev, "slides", BURST, deadline_s=3 * 3600, top=400).options
+    assert listed[0].key() == everything[0].key() and len(listed) < len(everything)
+    for i, o in enumerate(listed):
+        assert not any(k.cost_usd <= o.cost_usd and k.time_to_first_result_s <= o.time_to_first_result_s
+                       and k.time_to_last_result_s <= o.time_to_last_result_s for k in listed[:i])
+    # what was left out is matched or beaten by something listed
+    keys = {o.key() for o in listed}
+    for o in everything:
+        if o.key() not in keys:
+            assert any(k.cost_usd <= o.cost_usd + 1e-9 and k.time_to_first_result_s <= o.time_to_first_result_s
+                       and k.time_to_last_result_s <= o.time_to_last_result_s for k in listed)
+
+
 def test_a_type_that_cannot_be_selected_alone_is_left_out_with_the_reason(three_hours):
     # dev admits two types that host the pod; choosing g5.2xlarge would leave it alone (the diversity rule).
     assert any(n.startswith("g5.2xlarge: not searched") and "gpu-pod-effective-diversity" in n
@@ -137,7 +152,7 @@ def test_a_type_that_cannot_be_selected_alone_is_left_out_with_the_reason(three_
 
 def test_a_pricier_type_and_on_demand_carry_their_stack_wide_lines(dev):
     cfg = dataclasses.replace(dev, gpu_instance_types=("g4dn.2xlarge", "g5.2xlarge", "g6.2xlarge"))
-    a = advise(cfg, "slides", Burst(40, AT), budget_usd=5.0, top=400)
+    a = advise(cfg, "slides", Burst(40, AT), budget_usd=5.0, top=400, undominated=False)
     g6 = next(o for o in a.options if o.instance_type == "g6.2xlarge" and o.capacity_type == "spot")
     assert g6.stack_keys["gpuInstanceTypes"] == ["g5.2xlarge", "g6.2xlarge"]  # g4dn would be picked before it
     od = next(o for o in a.options if o.capacity_type == "on-demand" and o.pattern == "scaledjob")
