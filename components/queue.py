@@ -64,9 +64,11 @@ class WorkQueueArgs:
     """Base physical name of the queues (letters, digits, `-`, `_`; ≤ 71 characters): the work queue is `NAME`,
     the DLQ `NAME-dlq` (each with `.fifo` when `fifo`). Default: the component's resource name. Include the stack
     name: SQS names are unique per account and region."""
-    max_receive_count: int = 3
-    """Receives before a message moves to the DLQ (1..1000). Default 3: one retry for a transient failure, a
-    third try for good measure, and a poison slide stops costing GPU time after three attempts."""
+    max_receive_count: int = 5
+    """Receives before a message moves to the DLQ (1..1000). Default 5: a worker killed during a long poll (a spot
+    interruption, an eviction) still takes a receive that SQS counts, so 3 dead-lettered good slides in a soak with
+    kills; 5 absorbs that, and a slide the worker judges bad is dead-lettered at once anyway (docs/worker.md,
+    "Choosing maxReceiveCount")."""
     message_retention_s: int = 345600
     """How long the work queue keeps a message, in seconds (60..1209600). Default 4 days. Keep it below the DLQ's
     14 days: a standard queue's DLQ keeps a message's original enqueue time, so retention left over in the DLQ is

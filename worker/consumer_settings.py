@@ -4,8 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from worker import s3io
+from worker.models import model_store
 from worker.slides.limits import SlideLimits
 
+#: What `precision` takes (worker.device.PRECISIONS, repeated here so the settings load without torch).
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 #: SQS's limits on a visibility timeout, in seconds.
 SQS_MAX_VISIBILITY_S = 43200
 
@@ -25,9 +28,23 @@ class ConsumerSettings:
     """Service mode: exit 0 after this many seconds without a message; None (default) = run until SIGTERM."""
     device: str = "auto"
     """'auto', 'cuda' or 'cpu' (flag --device, env DEVICE); 'cuda' without a usable GPU exits at once. Default auto."""
+    precision: str = "auto"
+    """The compute dtype (flag --precision, env PRECISION): "auto" (default: bf16/fp16 on CUDA, bf16 on CPUs that
+    compute it natively, else fp32), "fp32" (the model's own float32 forward, reproducible across machines), "bf16"
+    or "fp16"; a dtype the device cannot run is refused at start (worker.device.check_precision)."""
     model_path: str | None = None
-    """A model file, .pt2 (torch.export) or TorchScript (flag --model, env MODEL_PATH); None (default) = the built-in
-    model."""
+    """The model: a local file or s3://bucket/key, a .pt2 (torch.export) or TorchScript file (flag --model, env
+    MODEL_URI or MODEL_PATH); None (default) = the built-in model."""
+    model_sha256: str | None = None
+    """The model file's SHA-256, 64 hex digits (flag --model-sha256, env MODEL_SHA256): other bytes are refused before
+    any message is received. Required for an s3:// model; None (default) = not pinned (the digest is still recorded
+    in every summary)."""
+    model_cache_dir: str | None = None
+    """The node's model cache (flag --model-cache, env MODEL_CACHE_DIR): an S3 model is kept there under its digest,
+    so the next Job on the node loads it from local disk. None (default) = downloaded into scratch, not kept."""
+    model_cache_max_bytes: int = model_store.DEFAULT_CACHE_MAX_BYTES
+    """Most bytes the model cache may hold (env MODEL_CACHE_MAX_BYTES), least recently used models deleted first.
+    Default 20 GiB (model_store.DEFAULT_CACHE_MAX_BYTES, which says why)."""
     visibility_timeout_s: int = 600
     """Seconds a received message stays invisible, renewed by the heartbeat (env VISIBILITY_TIMEOUT). Default 600."""
     visibility_extension_interval_s: float = 120.0
@@ -68,6 +85,8 @@ class ConsumerSettings:
             raise ValueError(f"mode={self.mode!r}: must be 'job' or 'service'")
         if self.device not in ("auto", "cuda", "cpu"):
             raise ValueError(f"device={self.device!r}: must be auto, cuda or cpu")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r}: must be one of {', '.join(PRECISIONS)}")
         if not 1 <= self.visibility_timeout_s <= SQS_MAX_VISIBILITY_S:
             raise ValueError(f"visibility_timeout_s={self.visibility_timeout_s}: must be 1-{SQS_MAX_VISIBILITY_S} s")
         if not 0 < self.visibility_extension_interval_s < self.visibility_timeout_s:
@@ -86,3 +105,7 @@ class ConsumerSettings:
         if self.max_prefix_bytes < 1:
             raise ValueError(f"max_prefix_bytes={self.max_prefix_bytes}: must be at least 1")
         self.slide_limits.validate()
+        model_store.check_source(self.model_path, model_store.check_sha256(self.model_sha256, "model_sha256"),
+                                 "model_path")
+        if self.model_cache_max_bytes < 1:
+            raise ValueError(f"model_cache_max_bytes={self.model_cache_max_bytes}: must be at least 1")

@@ -198,7 +198,7 @@ _CPU_NETS_LOCK = threading.Lock()
 
 
 def cpu_net(model: LoadedModel, amp: str) -> CpuNet | None:
-    """The CpuNet of `model` computing in bfloat16 (amp "bf16") or float32, or None where it does not apply.
+    """The CpuNet of `model` computing in bfloat16 (amp "bf16") or float32 ("off"), or None where it does not apply.
 
     It applies to an eager TinySegNet on CPU (the built-in model, or any .pt2 whose metadata names that
     architecture), with the model's normalisation folded in. It is built once per model and process (later slides
@@ -207,8 +207,8 @@ def cpu_net(model: LoadedModel, amp: str) -> CpuNet | None:
     plain module.
     """
     net = model.module
-    if model.device.type != "cpu" or type(net) is not TinySegNet:
-        return None
+    if model.device.type != "cpu" or type(net) is not TinySegNet or amp not in ("bf16", "off"):
+        return None  # fp16 on a CPU (where it is native) runs the module under autocast
     dtype = torch.bfloat16 if amp == "bf16" else torch.float32
     key = (dtype, tuple(model.normalisation.mean), tuple(model.normalisation.std))
     with _CPU_NETS_LOCK:

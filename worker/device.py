@@ -7,11 +7,54 @@ import subprocess
 
 import torch
 
+from worker.cpus import cpu_has_native_bf16
+
 CHOICES = ("auto", "cuda", "cpu")
+#: What --precision (env PRECISION) takes: "auto" lets the worker choose per device; the others are one dtype.
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 class NoUsableGpu(RuntimeError):
     """`--device cuda` was asked for on a node where torch sees no usable NVIDIA GPU."""
+
+
+class UnsupportedPrecision(ValueError):
+    """--precision names a dtype this device cannot compute (or no dtype at all); the message is one line."""
+
+
+def cpu_has_native_fp16() -> bool:
+    """Whether this CPU computes float16 in hardware (AMX-FP16 or AVX512-FP16)."""
+    if getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)():
+        return True
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512_fp16" in line for line in f)
+    except OSError:
+        return False
+
+
+def check_precision(precision: str, device: torch.device) -> str | None:
+    """Refuse, before any work, a --precision `device` cannot run; returns a one-line note worth printing, or None.
+
+    Refused (UnsupportedPrecision): an unknown value; "bf16" on a GPU without bf16 (before Ampere); "fp16" on a CPU
+    without native float16, where it would be emulated slowly with float16's narrow range, and a silent fallback
+    would record a dtype that did not run. "bf16" on a CPU without native bf16 runs, emulated: slower than fp32,
+    numerically what was asked.
+    """
+    if precision not in PRECISIONS:
+        raise UnsupportedPrecision(f"precision={precision!r}: must be one of {', '.join(PRECISIONS)} "
+                                   "(--precision or $PRECISION)")
+    device = torch.device(device)
+    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
+        major, minor = torch.cuda.get_device_capability(device)
+        raise UnsupportedPrecision(f"--precision bf16: this GPU (compute capability {major}.{minor}) has no bf16; "
+                                   "use auto, fp32 or fp16")
+    if device.type == "cpu" and precision == "fp16" and not cpu_has_native_fp16():
+        raise UnsupportedPrecision("--precision fp16: this CPU computes no float16 in hardware (no AMX-FP16 or "
+                                   "AVX512-FP16); fp16 is for GPUs: use auto, fp32 or bf16")
+    if device.type == "cpu" and precision == "bf16" and not cpu_has_native_bf16():
+        return "bf16 on a CPU without native bf16 (AVX512-BF16 or AMX) is emulated: slower than fp32"
+    return None
 
 
 def _cuda_visible_devices() -> str:

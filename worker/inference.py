@@ -14,6 +14,7 @@ import torch
 
 from worker.cpu_net import cpu_net
 from worker.cpus import cpu_count, cpu_has_native_bf16, torch_threads
+from worker.device import PRECISIONS
 from worker.models.loaded_model import LoadedModel
 from worker.slides import Level, Slide
 
@@ -46,7 +47,14 @@ class InferenceSettings:
     """Mixed precision: "auto", "bf16", "fp16" or "off" (default "auto"). On CUDA "auto" is bf16 where supported,
     else fp16. On CPU "auto" is bf16 only where the processor computes bf16 natively (AVX512-BF16 or AMX: 2-3x
     faster convolutions for this net, measured), else float32; fp16 is CUDA-only. On CPU the built-in net runs as
-    a CpuNet in that dtype (weights converted once, no autocast); other models run under autocast."""
+    a CpuNet in that dtype (weights converted once, no autocast); other models run under autocast. A `precision`
+    other than "auto" overrides it."""
+    precision: str = "auto"
+    """The dtype asked for (flag --precision, env PRECISION): "auto" (default) leaves the choice to `amp`; "fp32" runs
+    the model's own float32 forward, neither autocast nor the CpuNet's re-expression of the net, so the class map
+    equals a plain eager float32 forward tile for tile; "bf16" and "fp16" run that dtype wherever they are asked,
+    without the fallback `amp` makes (bf16 on a CPU without native bf16 is emulated; fp16 on a CPU needs native
+    fp16: worker.device.check_precision refuses it at start otherwise)."""
 
     def resolved(self, device: torch.device) -> InferenceSettings:
         """These settings with every 0/"auto" replaced by the concrete choice for `device`."""
@@ -54,7 +62,11 @@ class InferenceSettings:
         amp = self.amp
         if amp not in ("auto", "bf16", "fp16", "off"):
             raise ValueError(f"amp={amp!r}: expected 'auto', 'bf16', 'fp16' or 'off'")
-        if not cuda:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+        if self.precision != "auto":
+            amp = {"fp32": "off", "bf16": "bf16", "fp16": "fp16"}[self.precision]
+        elif not cuda:
             native_bf16 = cpu_has_native_bf16()
             amp = "bf16" if amp in ("auto", "bf16") and native_bf16 else "off"
         elif amp == "auto":
@@ -68,6 +80,7 @@ class InferenceSettings:
             torch_threads=self.torch_threads or cpu_count(),
             compute_workers=workers,
             amp=amp,
+            precision=self.precision,
         )
 
 
@@ -80,6 +93,7 @@ class InferenceStats:
     read_s: float = 0.0  # reader threads' busy time: pread + decode, summed over threads
     infer_s: float = 0.0  # model time: upload, forward, argmax, download, summed over compute threads
     wait_s: float = 0.0  # compute waiting for decoded tiles: well above zero means reading is the bottleneck
+    path: str = ""  # how the model ran: "module" (its own forward) or "cpu fast path" (the CpuNet)
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,20 @@ class TileJob:
     ty: int
     x: int
     y: int
+
+
+def ieee_float32_on_cuda() -> None:
+    """Make float32 mean IEEE float32 on CUDA for this process: torch lets cuDNN run float32 convolutions as TF32
+    (10 bits of mantissa, like fp16's) on Ampere and later GPUs by default, which `--precision fp32` must not."""
+    # torch's newer per-operator flags where it has them (mixed with the legacy allow_tf32 flags, torch raises).
+    conv, matmul = getattr(torch.backends.cudnn, "conv", None), torch.backends.cuda.matmul
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        conv.fp32_precision = "ieee"
+        if hasattr(matmul, "fp32_precision"):
+            matmul.fp32_precision = "ieee"
+    else:  # an older torch
+        torch.backends.cudnn.allow_tf32 = False
+        matmul.allow_tf32 = False
 
 
 class Predictor:
@@ -107,12 +135,18 @@ class Predictor:
         amp = self.settings.amp
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # batches have one shape: let cuDNN pick the fastest kernels
+            if self.settings.precision == "fp32":
+                ieee_float32_on_cuda()
         self._amp = (
             (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16))
             if amp in ("bf16", "fp16")
             else contextlib.nullcontext
         )
-        self._cpu_net = cpu_net(model, amp) if self.device.type == "cpu" else None
+        # fp32 asked for means the model's own forward, exactly: not the CpuNet, whose re-expressed head and folded
+        # normalisation round differently (~1e-6 in the logits).
+        fast = self.device.type == "cpu" and self.settings.precision != "fp32"
+        self._cpu_net = cpu_net(model, amp) if fast else None
+        self.path = "cpu fast path" if self._cpu_net is not None else "module"
         if self._cpu_net is not None:
             self._cpu_net.warm(self.settings.batch_size)  # once per process and batch size
 
@@ -152,6 +186,7 @@ def iter_class_maps(
     pred = Predictor(model, settings)
     s = pred.settings
     stats = stats if stats is not None else InferenceStats()
+    stats.path = pred.path
     if pred.device.type == "cpu" and s.compute_workers > 1:
         yield from _iter_cpu_workers(slide, level, pred, jobs, stats, progress)
         return

@@ -62,6 +62,16 @@ def _check_slide_id(slide_id: str) -> None:
                          "(no '/', '\\', leading '.', <= 200 chars)")
 
 
+def _model_facts(model: LoadedModel) -> dict:
+    """The summary's `model`: name, version and the file's sha256, where it came from and how long fetching took;
+    a local path by its file name only (no machine paths in results), an S3 model by its URI."""
+    facts = {"name": model.name, "version": model.version, "sha256": model.sha256 or None,
+             "source": Path(model.source).name, "from": model.origin or None, "fetch_s": round(model.fetch_s, 3)}
+    if model.source.startswith("s3://"):
+        facts["uri"] = model.source
+    return facts
+
+
 def choose_level(slide: Slide, model: LoadedModel, tolerance: float) -> Level:
     """The level to analyse at the model's input_mpp_um: a stored level within `tolerance`, else one area-averaged
     on the fly from the nearest finer stored level (level 0 when the model has no scale). Never upsamples: a slide
@@ -236,7 +246,7 @@ def process_slide(
                     "bigtiff": result.bigtiff,
                 },
                 "preview": preview_name(slide_id),
-                "model": {"name": model.name, "version": model.version, "source": Path(model.source).name},
+                "model": _model_facts(model),
                 "device": describe_device(model.device),
                 "inference": {
                     "batch_size": used.batch_size,
@@ -244,6 +254,10 @@ def process_slide(
                     "torch_threads": used.torch_threads if model.device.type == "cpu" else None,
                     "compute_workers": used.compute_workers,
                     "amp": used.amp,
+                    # What ran: the dtype (fp32 where amp is off), what was asked for, and whose forward.
+                    "precision": "fp32" if used.amp == "off" else used.amp,
+                    "precision_requested": used.precision,
+                    "path": stats.path,
                     "batches": stats.batches,
                 },
                 "timings_s": {

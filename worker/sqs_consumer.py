@@ -228,12 +228,15 @@ def _not_loaded(*_: Any) -> dict:
     raise RuntimeError("no processor: the model is not loaded yet")
 
 
-def model_processor(model: Any) -> Processor:
+def model_processor(model: Any, precision: str = "auto") -> Processor:
     """The production processor: the compute half's process_slide with a model loaded once per process."""
-    from worker.pipeline import process_slide
+    from worker.inference import InferenceSettings
+    from worker.pipeline import PipelineSettings, process_slide
+
+    settings = PipelineSettings(inference=InferenceSettings(precision=precision))
 
     def process(slide_path: Path, out_dir: Path, slide_id: str, progress: Callable[..., None]) -> dict:
-        return process_slide(slide_path, out_dir, model, slide_id=slide_id, progress=progress)
+        return process_slide(slide_path, out_dir, model, slide_id=slide_id, settings=settings, progress=progress)
 
     return process
 
@@ -255,17 +258,30 @@ def run(settings: ConsumerSettings, *, processor: Processor | None = None,
     """
     settings.validate()
     device = None if processor is not None else select_and_describe(settings.device)
+    if device is not None:
+        from worker.device import check_precision
+
+        note = check_precision(settings.precision, device)  # UnsupportedPrecision: refused before anything else
+        if note:
+            log.warning(event("precision.note", precision=settings.precision, detail=note))
     consumer = Consumer(settings, processor or _not_loaded)
     consumer.describe_queue()  # a wrong queue URL or missing permission fails before the (slow) model load
     if processor is None:
         from worker.models.loading import load_model
+        from worker.models.model_store import ModelCache, fetch_model
 
+        # Fetched (S3 or the node's cache) and checked against its digest before any message is received; the
+        # stage the planner calls model_load is both: fetch and load.
         t0 = time.monotonic()
-        model = load_model(settings.model_path, device)
+        cache = (ModelCache(Path(settings.model_cache_dir), settings.model_cache_max_bytes)
+                 if settings.model_cache_dir else None)
+        model = load_model(fetch_model(settings.model_path, settings.model_sha256, cache=cache, s3=consumer.s3,
+                                       temp_dir=settings.scratch_dir), device)
         consumer.model_load_s = time.monotonic() - t0
         log.info(event("model.loaded", name=getattr(model, "name", "?"), version=getattr(model, "version", "?"),
-                       path=settings.model_path or "built-in", seconds=consumer.model_load_s))
-        processor = model_processor(model)
+                       path=settings.model_path or "built-in", sha256=model.sha256, origin=model.origin,
+                       fetch_s=model.fetch_s, seconds=consumer.model_load_s))
+        processor = model_processor(model, settings.precision)
     consumer.processor = wrap_processor(processor) if wrap_processor is not None else processor
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():

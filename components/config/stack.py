@@ -203,8 +203,9 @@ class StackConfig:
     vpc_cidr: str = DEFAULT_VPC_CIDR
     """IPv4 CIDR of the VPC the platform creates (private, /16 to /20): GPU subnets with no route out, system subnets
     behind one NAT gateway, the VPC endpoints (components/network.py). Default: 10.64.0.0/16."""
-    max_receive_count: int = 3
-    """Receives before a message moves to the dead-letter queue. Default: 3."""
+    max_receive_count: int = 5
+    """Receives before a message moves to the dead-letter queue (see docs/worker.md, "Choosing maxReceiveCount").
+    Default: 5."""
     oldest_message_alarm_s: int = 900
     """Alarm when the oldest waiting message is older than this many seconds. Default: 900."""
     alarm_emails: tuple[str, ...] = ()

@@ -1,6 +1,7 @@
 """GPU NodePool: the builder (types, taint, label, limits, disruption), config errors, upstream CRD, the resource."""
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import pulumi
@@ -72,6 +73,8 @@ def test_a_single_instance_type_is_refused(types):
 
 
 def test_instance_types_as_an_output_are_refused():
+    # An Output needs an open event loop: a run_under_mocks that failed earlier in this process closed its loops.
+    asyncio.set_event_loop(asyncio.new_event_loop())
     with pytest.raises(ConfigError) as e:
         manifest(instance_types=pulumi.Output.from_input(["g5.xlarge", "g5.2xlarge"]))
     assert e.value.field == "instance_types" and "never an Output" in str(e.value)

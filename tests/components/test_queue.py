@@ -178,7 +178,7 @@ def test_queue_pair_inputs_standard():
     assert "fifoQueue" not in work
     redrive = json.loads(work["redrivePolicy"])
     assert redrive == {"deadLetterTargetArn": f"arn:aws:sqs:us-east-1:{FAKE_ACCOUNT}:gpuburst-dev-slides-dlq",
-                       "maxReceiveCount": 3}
+                       "maxReceiveCount": 5}
     assert "redrivePolicy" not in dlq
     for props in (work, dlq):
         assert props["tags"][q.TAG_EXPECTED_PROCESSING] == "600"

@@ -46,7 +46,7 @@ def test_the_server_accepts_and_reports_the_rendered_attributes(sqs):
     assert got["MessageRetentionPeriod"] == "345600"
     assert got["SqsManagedSseEnabled"] == "true"
     redrive = json.loads(got["RedrivePolicy"])
-    assert redrive["deadLetterTargetArn"].endswith(":attrs-dlq") and int(redrive["maxReceiveCount"]) == 3
+    assert redrive["deadLetterTargetArn"].endswith(":attrs-dlq") and int(redrive["maxReceiveCount"]) == 5
     dlq = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])["Attributes"]
     assert dlq["MessageRetentionPeriod"] == "1209600"
     assert sqs.list_queue_tags(QueueUrl=queue_url)["Tags"] == {

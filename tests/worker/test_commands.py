@@ -1,6 +1,7 @@
 """`python -m worker` as a user runs it: the GPU self-check, usage errors, infer, bench, package-model."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -131,15 +132,16 @@ def test_bench_prints_run_bench_as_indented_json(monkeypatch, capsys):
 
     seen = {}
 
-    def fake_run_bench(quick, device):
-        seen.update(quick=quick, device=device)
+    def fake_run_bench(quick, device, precision):
+        seen.update(quick=quick, device=device, precision=precision)
         return {"device": device, "tiles_per_s": 12.5}
 
     monkeypatch.setattr(worker.devtools.bench, "run_bench", fake_run_bench)
-    assert commands.main(["bench", "--quick", "--device", "cpu"]) == 0
+    monkeypatch.delenv("PRECISION", raising=False)
+    assert commands.main(["bench", "--quick", "--device", "cpu", "--precision", "fp32"]) == 0
     out = capsys.readouterr().out
     assert out == json.dumps({"device": "cpu", "tiles_per_s": 12.5}, indent=2) + "\n"
-    assert seen == {"quick": True, "device": "cpu"}
+    assert seen == {"quick": True, "device": "cpu", "precision": "fp32"}
 
 
 def test_infer_writes_three_outputs_shows_progress_and_prints_where(tmp_path):
@@ -170,6 +172,57 @@ def test_infer_uncalibrated_slide_is_one_line_exit_1_and_mpp_um_rescues_it(tmp_p
                    timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "o" / "nocal.json").read_text())["mpp_um"] == 0.25
+
+
+# --- the model: by path or s3:// URI, pinned by digest (the S3 runs of infer are in models/test_model_store.py) -----
+
+
+def test_model_settings_come_from_flags_and_the_environment(monkeypatch):
+    digest = "ab" * 32
+    monkeypatch.setenv("QUEUE_URL", "http://q/1/work")
+    monkeypatch.setenv("MODEL_URI", "s3://lab-models/seg.pt2")
+    monkeypatch.setenv("MODEL_SHA256", digest.upper())
+    monkeypatch.setenv("MODEL_CACHE_DIR", "/nvme/models")
+    monkeypatch.setenv("MODEL_CACHE_MAX_BYTES", "50GiB")
+    s = commands.consume_settings(commands.build_parser().parse_args(["consume"]))
+    assert (s.model_path, s.model_sha256, s.model_cache_dir, s.model_cache_max_bytes) == (
+        "s3://lab-models/seg.pt2", digest, "/nvme/models", 50 * 2**30)
+    s = commands.consume_settings(commands.build_parser().parse_args(["consume", "--model", "lab.pt2"]))
+    assert s.model_path == "lab.pt2"  # a flag beats the environment
+
+
+@pytest.mark.parametrize("args,env,fragment", [
+    (["--model-sha256", "xyz"], {}, "--model-sha256='xyz': must be 64 hexadecimal digits"),
+    (["--model", "s3://lab-models/seg.pt2"], {}, "--model='s3://lab-models/seg.pt2': an S3 model needs --model-sha256"),
+    ([], {"MODEL_URI": "s3://m/a.pt2", "MODEL_PATH": "b.pt2"}, "MODEL_URI='s3://m/a.pt2' and MODEL_PATH='b.pt2': both"),
+    ([], {"MODEL_CACHE_MAX_BYTES": "big"}, "MODEL_CACHE_MAX_BYTES='big': must be a whole number of bytes"),
+])
+def test_consume_model_usage_errors_exit_2_with_one_line(monkeypatch, capsys, args, env, fragment):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert commands.main(["consume", "--queue-url", "http://127.0.0.1:9/q", *args]) == commands.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m worker consume: error: {fragment}") and err.count("\n") == 1, err
+
+
+def test_consume_refuses_a_wrong_model_digest_before_receiving_any_message(aws):
+    import boto3
+
+    from worker.models.loading import BUILTIN_WEIGHTS
+
+    s3, sqs = boto3.client("s3"), boto3.client("sqs")
+    s3.create_bucket(Bucket="lab-models")
+    s3.put_object(Bucket="lab-models", Key="seg.pt2", Body=BUILTIN_WEIGHTS.read_bytes())
+    url = sqs.create_queue(QueueName="work")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"slide": "s3://in/a.svs", "output": "s3://out/"}))
+    real = hashlib.sha256(BUILTIN_WEIGHTS.read_bytes()).hexdigest()
+    r = run_worker("consume", "--queue-url", url, "--device", "cpu", "--model", "s3://lab-models/seg.pt2",
+                   "--model-sha256", "0" * 64, env=aws_child_env(aws), timeout=120)
+    assert r.returncode == commands.EXIT_FAILURE, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "consume.failed error=ModelDigestMismatch" in last and "0" * 64 in last and real in last, r.stderr
+    got = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["ApproximateReceiveCount"])["Messages"]
+    assert got[0]["Attributes"]["ApproximateReceiveCount"] == "1"  # this is its first receive: the worker took none
 
 
 # --- python -m worker package-model --------------------------------------------------------------------------------

@@ -100,3 +100,55 @@ def test_driver_from_nvidia_smi(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     monkeypatch.setattr(dev.shutil, "which", lambda name: str(smi))
     assert dev._driver_version() == "570.86.15"
+
+
+def test_precision_is_refused_where_the_device_cannot_run_it(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(dev, "cpu_has_native_fp16", lambda: False)
+    with pytest.raises(dev.UnsupportedPrecision) as info:
+        dev.check_precision("fp16", cpu)
+    assert str(info.value).startswith("--precision fp16: this CPU computes no float16") and "\n" not in str(info.value)
+    with pytest.raises(dev.UnsupportedPrecision, match="precision='half': must be one of auto, fp32, bf16, fp16"):
+        dev.check_precision("half", cpu)
+    monkeypatch.setattr(dev, "cpu_has_native_fp16", lambda: True)
+    assert dev.check_precision("fp16", cpu) is None
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: False)
+    assert "emulated" in dev.check_precision("bf16", cpu)  # runs, slowly: said once, not refused
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: True)
+    assert [dev.check_precision(p, cpu) for p in ("auto", "fp32", "bf16")] == [None, None, None]
+
+
+def test_bf16_is_refused_on_a_gpu_without_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    with pytest.raises(dev.UnsupportedPrecision, match=r"--precision bf16: this GPU \(compute capability 7.5\)"):
+        dev.check_precision("bf16", torch.device("cuda", 0))
+    assert dev.check_precision("fp16", torch.device("cuda", 0)) is None
+
+
+def test_infer_refuses_an_unsupported_precision_in_one_line_before_loading(monkeypatch, tmp_path, capsys):
+    from worker import commands
+
+    monkeypatch.setattr(dev, "cpu_has_native_fp16", lambda: False)
+    monkeypatch.setattr("worker.models.loading.load_model", lambda *a: pytest.fail("the model was loaded"))
+    slide = tmp_path / "s.svs"
+    slide.write_bytes(b"not read")
+    code = commands.main(["infer", str(slide), "--out", str(tmp_path / "o"), "--device", "cpu", "--precision", "fp16"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == commands.EXIT_USAGE and err[-1].startswith("python -m worker infer: error: --precision fp16:")
+    monkeypatch.setenv("PRECISION", "fp64")  # the environment's value is checked as strictly as the flag's
+    code = commands.main(["infer", str(slide), "--out", str(tmp_path / "o"), "--device", "cpu"])
+    assert code == commands.EXIT_USAGE
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "precision='fp64': must be one of auto, fp32, bf16, fp16 (--precision or $PRECISION)")
+
+
+def test_consume_refuses_an_unsupported_precision_before_touching_the_queue(monkeypatch, capsys):
+    from worker import commands
+
+    monkeypatch.setattr(dev, "cpu_has_native_fp16", lambda: False)
+    monkeypatch.setattr("worker.sqs_consumer.Consumer", lambda *a, **k: pytest.fail("a consumer was built"))
+    code = commands.main(["consume", "--queue-url", "http://127.0.0.1:9/123456789012/q", "--device", "cpu",
+                          "--precision", "fp16"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == commands.EXIT_USAGE and err[-1].startswith("python -m worker consume: error: --precision fp16:")

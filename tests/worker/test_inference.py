@@ -179,3 +179,84 @@ def test_cpu_bf16_class_maps_agree_with_float32(model, slide_path):
         bf16 = [m for _, m in iter_class_maps(slide, slide.levels[0], model, _jobs(), InferenceSettings(amp="bf16"))]
     a, b = np.concatenate([m.ravel() for m in fp32]), np.concatenate([m.ravel() for m in bf16])
     assert a.size > 0 and (a == b).mean() > 0.995
+
+
+def test_precision_overrides_amp_and_never_falls_back(monkeypatch):
+    """--precision names the dtype that runs: fp32 even where bf16 is native, bf16 even where it is emulated."""
+    import worker.inference as inference
+
+    for native in (True, False):
+        monkeypatch.setattr(inference, "cpu_has_native_bf16", lambda native=native: native)
+        assert InferenceSettings(precision="auto").resolved(CPU).amp == ("bf16" if native else "off")
+        assert InferenceSettings(precision="fp32").resolved(CPU).amp == "off"
+        assert InferenceSettings(precision="bf16").resolved(CPU).amp == "bf16"
+        assert InferenceSettings(precision="fp16").resolved(CPU).amp == "fp16"  # check_precision refuses it first
+        assert InferenceSettings(amp="bf16", precision="fp32").resolved(CPU).amp == "off"
+    assert InferenceSettings(precision="fp32").resolved(torch.device("cuda")).amp == "off"
+    assert InferenceSettings(precision="bf16").resolved(CPU).precision == "bf16"
+    with pytest.raises(ValueError, match="precision='fp8'"):
+        InferenceSettings(precision="fp8").resolved(CPU)
+
+
+def test_fp32_runs_the_module_itself_and_auto_the_fast_path(model, monkeypatch):
+    import worker.inference as inference
+
+    monkeypatch.setattr(inference, "cpu_has_native_bf16", lambda: True)
+    fp32, auto = Predictor(model, InferenceSettings(precision="fp32")), Predictor(model, InferenceSettings())
+    assert (fp32._cpu_net, fp32.path) == (None, "module")
+    assert auto.path == "cpu fast path" and auto._cpu_net.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("native_bf16", [True, False], ids=["bf16-cpu", "no-bf16-cpu"])
+def test_fp32_overlay_is_identical_to_a_plain_eager_float32_forward(model, tmp_path, monkeypatch, native_bf16):
+    """The overlay `--precision fp32` writes equals, pixel for pixel, the class map of the eager TinySegNet run in
+    float32 over the same tiles: built here from the slide reader, the model's declared normalisation and
+    argmax, whether or not the CPU (forced either way) would have chosen bf16 by itself."""
+    import tifffile
+
+    import worker.inference as inference
+    from worker.models.tinyseg import TinySegNet
+    from worker.pipeline import PipelineSettings, process_slide
+
+    monkeypatch.setattr(inference, "cpu_has_native_bf16", lambda: native_bf16)
+    slide = write_synthetic_slide(tmp_path / "p.ome.tif", 1536, 1280, mpp_um=0.5, tissue_fraction=0.5, seed=11)
+    settings = PipelineSettings(skip_background=False, inference=InferenceSettings(precision="fp32"))
+    summary = process_slide(slide, tmp_path / "out", model, slide_id="p", settings=settings)
+    ran = summary["inference"]
+    assert (ran["amp"], ran["precision"], ran["precision_requested"], ran["path"]) == ("off", "fp32", "fp32", "module")
+    got = tifffile.imread(tmp_path / "out" / "p.overlay.ome.tif")
+
+    assert type(model.module) is TinySegNet
+    T, stride = model.tile_size, model.output_stride
+    std = torch.tensor(model.normalisation.std, dtype=torch.float64).view(1, 3, 1, 1)
+    mean = torch.tensor(model.normalisation.mean, dtype=torch.float64).view(1, 3, 1, 1)
+    scale, shift = (1.0 / (255.0 * std)).float(), (-mean / std).float()
+    want = np.zeros((1280 // stride, 1536 // stride), np.uint8)
+    with open_slide(slide) as s, torch.inference_mode():
+        level = s.analysis_level(model.input_mpp_um, 0.25)
+        assert (level.width, level.height) == (1536, 1280)
+        for ty in range(1280 // T):
+            for tx in range(1536 // T):
+                rgb = torch.from_numpy(s.read_region(level, tx * T, ty * T, T, T)[None])
+                x = rgb.permute(0, 3, 1, 2).to(torch.float32) * scale + shift
+                cls = model.module(x).float().argmax(1)[0].numpy().astype(np.uint8)
+                want[ty * T // stride:(ty + 1) * T // stride, tx * T // stride:(tx + 1) * T // stride] = cls
+    assert got.shape == want.shape and (want > 0).mean() > 0.01  # the slide has structures to get right
+    assert np.array_equal(got, want), f"{int((got != want).sum())} of {want.size} overlay pixels differ"
+
+
+def test_fp32_on_cuda_turns_tf32_off(model):
+    """On Ampere and later GPUs torch runs float32 convolutions as TF32 unless told otherwise; fp32 tells it."""
+    from dataclasses import replace
+
+    conv, matmul, cudnn = torch.backends.cudnn.conv, torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (conv.fp32_precision, matmul.fp32_precision, cudnn.benchmark)
+    try:
+        conv.fp32_precision = "tf32"  # torch's default
+        on_cuda = replace(model, device=torch.device("cuda", 0))  # built, never run: no GPU needed
+        Predictor(on_cuda, InferenceSettings(precision="auto"))
+        assert conv.fp32_precision == "tf32"
+        Predictor(on_cuda, InferenceSettings(precision="fp32"))
+        assert conv.fp32_precision == "ieee" and matmul.fp32_precision == "ieee"
+    finally:
+        conv.fp32_precision, matmul.fp32_precision, cudnn.benchmark = before

@@ -17,9 +17,10 @@ import tifffile
 import torch
 
 from worker.cpus import cpu_count, torch_threads
-from worker.device import describe_device, select_device
+from worker.device import check_precision, describe_device, select_device
+from worker.devtools.startup import fresh_process_figures
 from worker.devtools.synthetic import write_synthetic_slide
-from worker.inference import Predictor, TileJob
+from worker.inference import InferenceSettings, Predictor, TileJob
 from worker.models.loaded_model import LoadedModel
 from worker.models.loading import load_model
 from worker.pipeline import PipelineSettings, overlay_name, process_slide
@@ -210,17 +211,20 @@ def cold_vs_persistent(slide_path: Path, model: LoadedModel, device: str, n: int
     }
 
 
-def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None = None, log=None) -> dict:
+def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None = None, log=None,
+              precision: str = "auto") -> dict:
     """Run the benchmark and return its figures as a JSON-ready dict.
 
     `quick` uses QUICK (an 8k slide, 2 rounds, 4 cold-start messages) unless `config` is given; `device` is
-    "auto" | "cuda" | "cpu" (NoUsableGpu for "cuda" without a GPU). Progress lines go to `log` (default stderr).
+    "auto" | "cuda" | "cpu" (NoUsableGpu for "cuda" without a GPU); `precision` is --precision's value
+    (UnsupportedPrecision where the device cannot run it). Progress lines go to `log` (default stderr).
     """
     cfg = config or (QUICK if quick else FULL)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     dev = select_device(device)
+    check_precision(precision, dev)  # --precision: UnsupportedPrecision before anything is written
     model = load_model(None, dev)
-    settings = PipelineSettings()
+    settings = PipelineSettings(inference=InferenceSettings(precision=precision))
     mpp = float(model.input_mpp_um or 0.25)  # the bench slide is at the model's scale: stored levels, no resampling
     load_before = _loadavg()
     with tempfile.TemporaryDirectory(prefix="gpuburst-bench-") as tmp:
@@ -267,6 +271,8 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
         small = write_synthetic_slide(work / "small.ome.tif", cfg.cold_slide_px, cfg.cold_slide_px, mpp,
                                       cfg.tissue_fraction, cfg.seed + 1)
         cold = cold_vs_persistent(small, model, device, cfg.cold_slides, work)
+        say("bench: a fresh process's fixed cost, phase by phase")
+        fresh = fresh_process_figures(small, device, runs=cfg.repeats, precision=precision)
 
     used = summary["inference"]
     rounds_out = {k: [round(v, 4) for v in vs] for k, vs in rounds.items()}
@@ -303,6 +309,7 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
             "torch_threads": used["torch_threads"],
             "compute_workers": used["compute_workers"],
             "amp": used["amp"],
+            "precision": used.get("precision"),
             "timings_s": summary["timings_s"],
         },
         "naive": {
@@ -321,6 +328,7 @@ def run_bench(quick: bool, device: str = "auto", *, config: BenchConfig | None =
         "agreement_with_naive": agree,
         "skipped_tiles_foreground_px": skipped_fg,
         "cold_start": cold,
+        "fresh_process": fresh,  # interpreter, import torch, other imports, model load, first tile (startup.py)
         "targets": {
             "speedup": TARGETS["speedup"],
             "pipeline_efficiency": TARGETS["pipeline_efficiency"],

@@ -26,6 +26,10 @@ told from the file's content, not its suffix. TorchScript files (``torch.jit.sav
 in ``_extra_files``, or a scripted module with a ``classes: List[str]`` attribute) are still accepted, though
 deprecated in torch 2.13; there ``input_mpp_um`` may be left out (run at the slide's own resolution).
 
+Where the file comes from is `model_store`'s job: a local path or ``s3://bucket/key``, pinned by its SHA-256
+(`--model-sha256`), through a node-local cache keyed by digest; `loading.load_model` reads the open file whose bytes
+were hashed. `pt2_archive` reads a .pt2 without importing torch.export, for the built-in architecture's fast load.
+
 A model file is code: load only files you trust. Every failure to load one is a `ModelError`, one line naming the
 file and what is wrong.
 """

@@ -7,7 +7,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from worker.models.errors import ModelError
 from worker.models.normalisation import Normalisation
+
+__all__ = ["DEFAULT_COLORS", "LoadedModel", "ModelError", "check_output_shape", "class_colors"]
 
 DEFAULT_COLORS = [
     (0, 0, 0),
@@ -19,11 +22,6 @@ DEFAULT_COLORS = [
     (30, 190, 200),
 ]
 """Display colours (RGB) per class index for overlays and previews; classes past the table cycle through it."""
-
-
-class ModelError(Exception):
-    """The model file (or the metadata given to package it) cannot be used; the message is one line naming the
-    file and the problem."""
 
 
 @dataclass
@@ -48,7 +46,13 @@ class LoadedModel:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     """Where `module` lives."""
     source: str = ""
-    """The file the model came from."""
+    """The file the model came from: its local path or its s3:// URI."""
+    sha256: str = ""
+    """SHA-256 of the model file's bytes (hex), recorded in every summary ("" for a model built in memory)."""
+    origin: str = ""
+    """How the file reached this process: "built-in", "local", "cache" (the node's model cache) or "s3"."""
+    fetch_s: float = 0.0
+    """Seconds spent fetching and hashing the file before it was loaded (a download, or re-hashing a cache hit)."""
     colors: list[tuple[int, int, int]] = field(default_factory=list)
     """Display colour (RGB 0-255) per class."""
     normalisation: Normalisation = Normalisation()

@@ -83,11 +83,13 @@ def open_slide(path: str | Path, *, mpp_um: float | None = None, limits: SlideLi
 def _open_tiff_family(path: Path, mpp_um: float | None, size: int, limits: SlideLimits) -> Slide:
     """TIFF-structured files: tifffile where it reads them correctly, OpenSlide for vendor layouts and the rest."""
     flavour = None
+    plain = False  # OME-TIFF or Aperio SVS by tifffile's reading: tifffile's own, whatever OpenSlide would say
     _check_tiff_header(path, size)
     try:
         with tifffile.TiffFile(path, is_ndpi=False) as tif:  # content, not the ".ndpi" suffix, decides
             limits.check_directories(path, tif.pages)
             flavour = tiff_flavour(tif)
+            plain = flavour is None and (tif.is_ome or tif.is_svs)
             if flavour is not None:
                 _check_vendor_pages(path, tif, limits)
     except (tifffile.TiffFileError, ValueError, OSError, struct.error, IndexError) as exc:
@@ -96,7 +98,9 @@ def _open_tiff_family(path: Path, mpp_um: float | None, size: int, limits: Slide
         tiff_error = fail(path, f"damaged TIFF structure ({one_line(exc)}; a partial upload or copy?)")
     else:
         tiff_error = None
-    vendor = detect_format(path)
+    # OpenSlide's opinion (importing it and its C library) only where it can change the reader: not for an intact
+    # OME-TIFF or SVS, unless tifffile then fails to decode it (below).
+    vendor = None if plain and tiff_error is None else detect_format(path)
     if flavour is not None or (vendor not in (None, "aperio", "generic-tiff") and tiff_error is None):
         # NDPI, SCN, Philips, BIF ...: tifffile exposes their IFDs but not a plain tile grid to decode.
         if tiff_error is None:
@@ -111,6 +115,8 @@ def _open_tiff_family(path: Path, mpp_um: float | None, size: int, limits: Slide
     except SlideError as exc:
         text = str(exc)
         # A codec or layout tifffile cannot decode, in a file OpenSlide can read: let OpenSlide read it.
+        if ("does not decode" in text or "volumetric or planar" in text) and plain:
+            vendor = detect_format(path)
         if vendor is not None and ("does not decode" in text or "volumetric or planar" in text):
             return OpenSlideSlide(path, mpp_um=mpp_um, vendor=vendor, limits=limits)
         raise

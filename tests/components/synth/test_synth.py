@@ -43,7 +43,7 @@ def test_work_queue_has_redrive_and_alarms(dev):
     work = [q for q in queues if q["properties"].get("redrivePolicy")]
     assert work, "no work queue with a redrive policy"
     redrive = json.loads(work[0]["properties"]["redrivePolicy"])
-    assert redrive["maxReceiveCount"] == 3 and redrive["deadLetterTargetArn"].startswith("arn:aws:sqs:")
+    assert redrive["maxReceiveCount"] == 5 and redrive["deadLetterTargetArn"].startswith("arn:aws:sqs:")
     alarms = of_type(dev["plan"], "aws:cloudwatch/metricAlarm:MetricAlarm")
     metrics = {a["properties"]["metricName"] for a in alarms}
     assert {"ApproximateAgeOfOldestMessage", "ApproximateNumberOfMessagesVisible"} <= metrics

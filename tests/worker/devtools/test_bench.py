@@ -18,7 +18,7 @@ def test_keys_and_json(result):
     assert set(result) >= {
         "device", "quick", "config", "note", "slide", "pipeline", "naive", "speedup", "read_only_s", "compute_only_s",
         "pipeline_efficiency", "agreement_with_naive", "skipped_tiles_foreground_px", "cold_start", "targets",
-        "rounds_s", "machine",
+        "rounds_s", "machine", "fresh_process",
     }
     assert json.loads(json.dumps(result)) == result
     assert result["device"].startswith("cpu (") and result["quick"] is True
@@ -57,6 +57,14 @@ def test_cold_start_figures(result):
     assert c["fresh_process_per_message_s"] == pytest.approx(c["fresh_process_s"] / 2)
     assert c["fresh_over_persistent"] == pytest.approx(c["fresh_process_s"] / c["persistent_s"])
     assert c["fresh_process_s"] > c["persistent_s"]  # each fresh process imports torch and loads the model
+
+
+def test_fresh_process_figures(result):
+    f = result["fresh_process"]
+    assert f["runs"] == result["config"]["repeats"] == 1
+    assert f["fixed_beyond_torch_s"] == pytest.approx(
+        f["interpreter_s"] + f["imports_s"] + f["model_load_s"] + f["first_tile_s"], abs=1e-3)
+    assert 0 < f["model_load_s"] < f["to_first_tile_s"] < f["process_s"]
 
 
 def test_quick_config_is_the_documented_one():

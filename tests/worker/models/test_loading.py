@@ -1,6 +1,7 @@
 """Loading models: the built-in .pt2, a lab's torch.export program or TorchScript file, and one-line refusals."""
 # No `from __future__ import annotations` here: TorchScript must see the real `list[str]` class annotation.
 
+import hashlib
 import json
 import os
 import subprocess
@@ -80,6 +81,54 @@ def test_builtin_eager_net_computes_the_exported_programs_logits(builtin):
             got = builtin.module(x)
             assert got.shape == want.shape == (n, 3, 64, 64)
             assert (got - want).abs().max().item() < 1e-4 * max(1.0, want.abs().max().item())
+
+
+_FRESH_LOAD = """
+import json, sys, time
+import torch
+from worker.models.loading import load_model
+t0 = time.monotonic()
+m = load_model(None, "cpu")
+print(json.dumps({"seconds": time.monotonic() - t0, "format": m.format, "sha256": m.sha256, "origin": m.origin,
+                  "dynamo": "torch._dynamo" in sys.modules,
+                  "export_load": "torch._export.serde.serialize" in sys.modules}))
+"""
+
+
+def test_builtin_loads_in_a_fresh_process_without_importing_torch_dynamo():
+    # torch.export.load imports torch._dynamo (~1.5 s of every fresh pod): the built-in program is read directly.
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", _FRESH_LOAD], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["format"] == "torch.export (eager TinySegNet)" and got["origin"] == "built-in"
+    assert got["sha256"] == hashlib.sha256(BUILTIN_WEIGHTS.read_bytes()).hexdigest()
+    assert got["dynamo"] is False and got["export_load"] is False
+
+
+def test_a_program_the_direct_reader_cannot_read_loads_through_torch_export(monkeypatch, builtin):
+    from worker.models import loading
+    from worker.models.pt2_archive import Unsupported
+
+    def refuse(f):
+        raise Unsupported("say, a newer archive version")
+
+    monkeypatch.setattr(loading, "read_pt2", refuse)
+    slow = load_model(None, CPU)
+    assert slow.format == "torch.export (eager TinySegNet)" and "eager_rebuild" not in slow.info
+    x = builtin.prepare(random_rgb(2, seed=5))
+    with torch.inference_mode():
+        assert torch.equal(slow.module(x), builtin.module(x))
+
+
+def test_the_digest_is_recorded_and_a_pinned_mismatch_is_refused(builtin, tmp_path):
+    from worker.models.model_store import ModelDigestMismatch
+
+    digest = hashlib.sha256(BUILTIN_WEIGHTS.read_bytes()).hexdigest()
+    assert (builtin.sha256, builtin.origin, builtin.source) == (digest, "built-in", str(BUILTIN_WEIGHTS))
+    assert load_model(str(BUILTIN_WEIGHTS), CPU, sha256=digest).origin == "local"
+    with pytest.raises(ModelDigestMismatch, match=f"expected {'a' * 64} .*, the file has {digest}; refused"):
+        load_model(str(BUILTIN_WEIGHTS), CPU, sha256="a" * 64)
 
 
 # --- a lab's own model: the .pt2 loader ----------------------------------------------------------------------------
