@@ -319,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
               "  charts  `charts pull`: fill the chart cache with the pinned Helm charts (online)\n"
               "  verify  post-upgrade checks against the live cluster and AWS (exit 1 on any failure)\n"
               "  plan-burst  model a burst or a trace: time to first/last result, latency and cost, ScaledJob vs "
-              "consumer\n"
+              "consumer;\n              with --deadline/--budget, the cheapest configurations that meet it and the "
+              "lines to set\n"
               "  check   run the policy pack over a synth's plan.json offline (exit 1 on a mandatory violation)\n"
               "  policy-pack  `policy-pack path`: the pack's folder, for `pulumi preview --policy-pack`\n\n"
               f"Run `{PROG} COMMAND --help` for a command's options.",

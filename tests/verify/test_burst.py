@@ -138,6 +138,21 @@ def test_prediction_is_the_planners_for_the_probe_burst(dev_config):
         burst_budget.predicted(dev_config, "nope", 2)
 
 
+def test_a_labs_model_is_predicted_with_its_fetch_as_the_worker_measures_it(dev_config):
+    import dataclasses
+
+    from components.config.stack import ModelSource
+    from components.planning import Burst, plan_workload
+
+    model = ModelSource(uri="s3://lab-models/net.pt2", sha256="a" * 64)
+    cfg = dataclasses.replace(dev_config, workloads=tuple(
+        dataclasses.replace(w, model=model) if w.name == "slides" else w for w in dev_config.workloads))
+    plan = plan_workload(cfg, cfg.workloads[0], Burst(2)).patterns["scaledjob"]
+    assert plan.stages["model_fetch"] > 0
+    p = burst_budget.predicted(cfg, "slides", 2)
+    assert p.stages["model_load"] == plan.stages["model_load"] + plan.stages["model_fetch"]
+
+
 def test_budget_from_config_flags_or_the_cold_prediction(dev_config):
     p = burst_budget.predicted(dev_config, "slides", 2)
     default = burst_budget.budget_for(None, p)
