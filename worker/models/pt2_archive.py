@@ -177,9 +177,18 @@ def _arg(arg: dict, env: dict[str, Any]) -> Any:
     raise Unsupported(f"argument kind {kind}")  # symbolic sizes, devices, layouts, ...
 
 
+_PURE_OPS = frozenset({
+    "conv2d", "convolution", "batch_norm", "_native_batch_norm_legit_no_training", "relu", "relu_", "cat",
+    "upsample_nearest2d", "upsample_bilinear2d", "max_pool2d", "avg_pool2d", "add", "add_", "mul", "sigmoid",
+})
+"""The aten ops this reader runs: the pure tensor arithmetic a TinySegNet's graph is made of (and its close
+variants). The file is untrusted and aten also holds ops that reach outside the tensors (`from_file`, say); any op
+not listed sends the file to `torch.export.load` instead, as any other unknown does."""
+
+
 def _op(target: str) -> Any:
     m = _ATEN.fullmatch(target)
-    if not m:
+    if not m or m.group(1) not in _PURE_OPS:
         raise Unsupported(f"op {target}")
     try:
         return getattr(getattr(torch.ops.aten, m.group(1)), m.group(2))

@@ -103,3 +103,12 @@ def test_not_a_zip_is_unsupported(tmp_path):
     (tmp_path / "x.pt2").write_bytes(b"not a zip")
     with pytest.raises(Unsupported, match="not a zip archive"):
         _read(tmp_path / "x.pt2")
+
+
+def test_an_aten_op_that_reaches_outside_the_tensors_is_unsupported_when_run(tmp_path):
+    def to_from_file(doc):
+        doc["graph_module"]["graph"]["nodes"][2]["target"] = "torch.ops.aten.from_file.default"
+
+    program = _read(_rewrite(BUILTIN_WEIGHTS, tmp_path / "x.pt2", _json_edit("models/model.json", to_from_file)))
+    with pytest.raises(Unsupported, match="op torch.ops.aten.from_file.default"):
+        run_program(program, torch.zeros(1, 3, 256, 256))
