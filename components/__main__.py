@@ -161,7 +161,7 @@ def _plan_burst(argv: list[str]) -> int:
                         help=f"advise: list the N best configurations (default {ADVICE_TOP})")
     args = parser.parse_args(argv)
     if args.deadline is not None or args.budget is not None:
-        return _advise(args, parser.prog)
+        return _advise(args)
     try:
         bursts = [parse_burst(b) for b in args.burst]
         if args.trace is not None and bursts:
@@ -185,7 +185,7 @@ def _plan_burst(argv: list[str]) -> int:
     return 0
 
 
-def _advise(args: argparse.Namespace, prog: str) -> int:
+def _advise(args: argparse.Namespace) -> int:
     """`plan-burst --deadline/--budget`: the advisor's ranked configurations (table or --json); 2 with a one-line
     error."""
     import json

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from pulumi_policy import EnforcementLevel
 
-from ._components import WORKER_LABEL, catalogue, names
+from ._components import catalogue, names
 from .declare import plan_policy, scoped_policy
 from .facts import WHOLE, Scope
 from .gpu_nodepool import gpu_evidence
@@ -27,12 +27,12 @@ from .plan import Res, describe_res
 from .resources import NODEPOOL_NODECLASS, POD_TEMPLATE_PATHS, dig, fmt, k8s_kind
 from .shapes import nodeclass_index, nodepool_shapes
 from .unknowns import UNKNOWN, unknown_message
+from .workloads import is_worker
 
 NAME = "worker-image-gpu-support"
 UNCHECKED_NAME = "worker-image-unchecked"
 IMAGE = "docker-build:index:Image"
 CUDA_ANNOTATION = names.WORKER_IMAGE_CUDA_ANNOTATION
-NAME_LABEL = "app.kubernetes.io/name"
 WORKER_DIR = posixpath.dirname(catalogue.WORKER_PYTHON_REQUIREMENTS)
 """The worker's directory (`worker`): an image whose Dockerfile lives there is the worker image."""
 LATEST_ALIAS = "al2023@latest"
@@ -221,10 +221,9 @@ def unchecked_findings(resources: list[Res]) -> list[tuple[str | None, str]]:
              for tag in (dig(r.props, "tags").value or []) if isinstance(tag, str)}
     seen: dict[str, list[Res]] = {}
     for r, _path, meta, pod in _pod_templates(resources):
-        labels, annotations = meta.get("labels"), meta.get("annotations")
-        own = dig(r.props, "metadata", "labels", NAME_LABEL).value
-        if WORKER_LABEL not in ((labels or {}).get(NAME_LABEL) if isinstance(labels, dict) else None, own):
+        if not is_worker(r, k8s_kind(r.type)):
             continue
+        annotations = meta.get("annotations")
         if isinstance(annotations, dict) and CUDA_ANNOTATION in annotations:
             continue
         for image in _images(pod):

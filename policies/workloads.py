@@ -200,7 +200,9 @@ def batch_problems(props: Any) -> list[str]:
 # worker-host-path
 # --------------------------------------------------------------------------------------------------------------------
 
-def _is_worker(res: Res, kind: tuple[str, str]) -> bool:
+def is_worker(res: Res, kind: tuple[str, str]) -> bool:
+    """Whether `res` (a pod-bearing resource of `kind`) or its pods are labelled `app.kubernetes.io/name:
+    WORKER_LABEL`."""
     labels = dig(res.props, *POD_TEMPLATE_PATHS[kind][:-1], "metadata", "labels").value
     own = dig(res.props, "metadata", "labels", "app.kubernetes.io/name").value
     return WORKER_LABEL in ((labels or {}).get("app.kubernetes.io/name") if isinstance(labels, dict) else None, own)
@@ -225,7 +227,7 @@ def host_path_problems(res: Res) -> list[str]:
         return [f"{host.path} = {fmt(host.value)} (claimRef.name {fmt(claim.value)}): a hostPath PersistentVolume lets "
                 "any pod of the claim's namespace, `restricted` or not, reach that node folder; the only one allowed "
                 f"is the model cache: path {want[0]!r}, type {want[1]!r}, bound to claim {want[2]!r}"]
-    if kind not in POD_TEMPLATE_PATHS or not _is_worker(res, kind):
+    if kind not in POD_TEMPLATE_PATHS or not is_worker(res, kind):
         return []
     volumes = dig(res.props, *POD_TEMPLATE_PATHS[kind], "volumes")
     if volumes.unknown:

@@ -50,6 +50,8 @@ from image_archive import (  # noqa: E402
     read_saved_image,
 )
 
+from components.catalogue import WORKER_BASE_IMAGE, WORKER_IMAGE_LAYER_BYTES  # noqa: E402
+
 DOCKERFILE = "worker/Dockerfile"
 IGNOREFILE = "worker/Dockerfile.dockerignore"
 IMAGE_DIR = ROOT / "worker" / "image"
@@ -187,7 +189,7 @@ def measure_method(runner: str) -> str:
     """What the measured sizes are, for the table's heading."""
     if runner == "podman":
         return "gzip blobs of a podman push (what a registry receives)"
-    return "each docker save layer gzipped at level 6 by zlib (a push's Go gzip comes out ~2-3 % larger)"
+    return "each docker save layer gzipped at level 6 by zlib (a push's Go gzip comes out 1-3 % larger)"
 
 
 def standin_commands(importer: str, rootfs: Path, tag: str, mirror: str) -> tuple[list[str], list[str]]:
@@ -337,7 +339,6 @@ def _find_slide(explicit: str | None) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from components.catalogue import WORKER_BASE_IMAGE
     p = argparse.ArgumentParser(prog="scripts/build_image.py", description=__doc__.split("\n\n", 1)[0],
                                 epilog=__doc__.split("\n\n", 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -417,7 +418,6 @@ def _tool_env(runner: str, out: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from components.catalogue import WORKER_BASE_IMAGE, WORKER_IMAGE_LAYER_BYTES
     builder = detect_builder(_probe, args.builder)
     if builder is None:
         needs = " and ".join(f"`{' '.join(c)}`" for c in PROBES.get(args.builder or "", ()))

@@ -88,7 +88,8 @@ class SavedImage:
 
 
 class _Tee(io.RawIOBase):
-    """A reader that gzips and counts everything read through it, so one pass both parses and measures a layer."""
+    """`head` (bytes already read from `src`) then the rest of `src`, counted and, given a gzip level, gzipped as it
+    is read, so one pass both parses and measures a layer."""
 
     def __init__(self, src: IO[bytes], head: bytes, level: int | None) -> None:
         self._src, self._head = src, head
@@ -156,24 +157,6 @@ def scan_layer(member: str, src: IO[bytes], *, needle: Needle | None = None, hea
     return stats
 
 
-class _Chain(io.RawIOBase):
-    """`head` then the rest of `src`: lets a gzip-compressed member be decompressed after its magic was peeked at."""
-
-    def __init__(self, head: bytes, src: IO[bytes]) -> None:
-        self._head, self._src = head, src
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int:
-        if self._head:
-            data, self._head = self._head[:len(buf)], self._head[len(buf):]
-        else:
-            data = self._src.read(len(buf))
-        buf[:len(data)] = data
-        return len(data)
-
-
 def read_saved_image(stream: IO[bytes], *, needle: Needle | None = None, level: int = GZIP_LEVEL) -> SavedImage:
     """Read a `docker save` / `podman save --format docker-archive` tar stream once: every layer measured, in order.
 
@@ -191,8 +174,8 @@ def read_saved_image(stream: IO[bytes], *, needle: Needle | None = None, level: 
             head = f.read(512)
             name = info.name.removeprefix("./")
             if head[:2] == b"\x1f\x8b":  # already compressed: its blob size is its size
-                stats = scan_layer(name, gzip.GzipFile(fileobj=io.BufferedReader(_Chain(head, f))), needle=needle,
-                                   level=None)
+                unzipped = gzip.GzipFile(fileobj=io.BufferedReader(_Tee(f, head, None)))
+                stats = scan_layer(name, unzipped, needle=needle, level=None)
                 stats.gzip_bytes = info.size
                 scanned[name] = stats
             elif len(head) == 512 and head[257:262] == b"ustar":

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.logfmt import setup_logging
+from worker.precisions import PRECISIONS
 from worker.progress_bar import ProgressBar
 
 #: Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error, 3 no usable GPU for --device cuda.
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _precision_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--precision", default=_env("PRECISION", "auto"), choices=("auto", "fp32", "bf16", "fp16"),
+    p.add_argument("--precision", default=_env("PRECISION", "auto"), choices=PRECISIONS,
                    help="compute dtype (default $PRECISION or auto: bf16/fp16 on CUDA, bf16 on CPUs with native "
                         "bf16, else fp32); fp32 is the model's own float32 forward, reproducible across machines")
 

@@ -5,10 +5,9 @@ from dataclasses import dataclass, field
 
 from worker import s3io
 from worker.models import model_store
+from worker.precisions import PRECISIONS
 from worker.slides.limits import SlideLimits
 
-#: What `precision` takes (worker.device.PRECISIONS, repeated here so the settings load without torch).
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 #: SQS's limits on a visibility timeout, in seconds.
 SQS_MAX_VISIBILITY_S = 43200
 

@@ -1,6 +1,7 @@
 """Choose the torch device the worker computes on and describe it in one log line."""
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -8,10 +9,9 @@ import subprocess
 import torch
 
 from worker.cpus import cpu_has_native_bf16
+from worker.precisions import PRECISIONS
 
 CHOICES = ("auto", "cuda", "cpu")
-#: What --precision (env PRECISION) takes: "auto" lets the worker choose per device; the others are one dtype.
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 class NoUsableGpu(RuntimeError):
@@ -91,8 +91,10 @@ def select_device(choice: str = "auto") -> torch.device:
     )
 
 
+@functools.cache
 def _driver_version() -> str:
-    """NVIDIA driver version via pynvml if importable, else nvidia-smi if present, else "unknown"."""
+    """NVIDIA driver version via pynvml if importable, else nvidia-smi if present, else "unknown"; looked up once per
+    process (the driver cannot change under it), not once per slide summary that describes the device."""
     try:
         import pynvml  # type: ignore[import-not-found]
 

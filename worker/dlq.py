@@ -224,7 +224,6 @@ def redrive_attributes(letter: DeadLetter) -> dict:
     return out
 
 
-
 class MoveError(Exception):
     """One message could not be moved: at which step, and whether the copy had already been sent."""
 
@@ -444,7 +443,8 @@ def run_redrive(args: Any, out: Callable[[str], None] = print,
     result: RedriveResult | None = None
     if args.all and args.method in ("auto", "move-task"):
         try:
-            handle = start_move_task(once, queue_arn(sqs, dlq_url), queue_arn(sqs, dest))
+            dlq_arn = queue_arn(sqs, dlq_url)
+            handle = start_move_task(once, dlq_arn, queue_arn(sqs, dest))
         except Exception as e:  # noqa: BLE001 - no move tasks here (an emulator, no permission): copy instead
             code = s3io.error_code(e) or type(e).__name__
             if args.method == "move-task":
@@ -452,7 +452,7 @@ def run_redrive(args: Any, out: Callable[[str], None] = print,
             say(f"SQS's message-move task is not available here ({code}); moving message by message")
         else:
             say(f"message-move task started: {handle} (it runs in SQS; Ctrl-C stops waiting, not the task)")
-            task = wait_move_task(sqs, queue_arn(sqs, dlq_url), say=say)
+            task = wait_move_task(sqs, dlq_arn, say=say)
             result = RedriveResult("move-task", dest, task={"handle": handle, **{
                 k: v for k, v in task.items() if k in ("Status", "ApproximateNumberOfMessagesMoved",
                                                        "ApproximateNumberOfMessagesToMove", "FailureReason")}})

@@ -14,8 +14,8 @@ import torch
 
 from worker.cpu_net import cpu_net
 from worker.cpus import cpu_count, cpu_has_native_bf16, torch_threads
-from worker.device import PRECISIONS
 from worker.models.loaded_model import LoadedModel
+from worker.precisions import PRECISIONS
 from worker.slides import Level, Slide
 
 

@@ -168,23 +168,21 @@ worker trusts no file another pod could have written): hashlib on one core witho
 Cascade Lake has none), ~0.5 GB/s; cores with them hash ~3x faster (docs/worker.md: a 3 GB file in ~2 s). 3 GB: 6 s."""
 
 
-def _model_rate(rate: float, on_nvme: bool) -> float:
-    """`rate`, or at most the gp3 root volume's baseline when the cache is not on the NVMe RAID0."""
-    return rate if on_nvme else min(rate, GP3_BASELINE_THROUGHPUT_MIBPS * 1024 * 1024)
+def _model_seconds(model_bytes: float, rate: float, on_nvme: bool) -> float:
+    """`model_bytes` at `rate`, or at most the gp3 root volume's baseline when the cache is not on the NVMe RAID0."""
+    if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)) or model_bytes < 0:
+        raise ValueError(f"model_bytes: {model_bytes!r} is not valid: bytes >= 0")
+    return model_bytes / (rate if on_nvme else min(rate, GP3_BASELINE_THROUGHPUT_MIBPS * 1024 * 1024))
 
 
 def model_fetch_seconds(model_bytes: float = MODEL_BYTES_ASSUMED, *, on_nvme: bool = True) -> float:
     """Seconds for the first Job on a node to fetch a model of `model_bytes` from S3 into the node-local cache,
     hashing it as it streams (MODEL_FETCH_BYTES_PER_S; bounded by the gp3 root volume when the cache is not on the
     NVMe RAID0, `on_nvme` False)."""
-    if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)) or model_bytes < 0:
-        raise ValueError(f"model_bytes: {model_bytes!r} is not valid: bytes >= 0")
-    return model_bytes / _model_rate(MODEL_FETCH_BYTES_PER_S, on_nvme)
+    return _model_seconds(model_bytes, MODEL_FETCH_BYTES_PER_S, on_nvme)
 
 
 def model_cache_hit_seconds(model_bytes: float = MODEL_BYTES_ASSUMED, *, on_nvme: bool = True) -> float:
     """Seconds for a later Job on a node to read the cached model and check its digest (MODEL_HASH_BYTES_PER_S, or
     the gp3 root volume's read rate when lower)."""
-    if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)) or model_bytes < 0:
-        raise ValueError(f"model_bytes: {model_bytes!r} is not valid: bytes >= 0")
-    return model_bytes / _model_rate(MODEL_HASH_BYTES_PER_S, on_nvme)
+    return _model_seconds(model_bytes, MODEL_HASH_BYTES_PER_S, on_nvme)

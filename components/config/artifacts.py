@@ -4,13 +4,14 @@ each refusal one line naming the key and the value."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import PurePosixPath
 from typing import Any
 
 from .. import catalogue
 from ..spec.validation import ConfigError, Rule, is_int_between, validate
 from ..spec.worker_pod import PRECISIONS, image_digest_problem, kms_key_arn_problem, model_uri_problem, sha256_problem
-from ..spec.workload import JOB_DEADLINE_MAX_S, MESSAGES_PER_JOB_MAX, parallel_blocker
+from ..spec.workload import JOB_DEADLINE_MAX_S, MESSAGES_PER_JOB_MAX, job_deadline_s, parallel_blocker
 from .stack import NAMESPACE, ModelSource, WorkerBuild, WorkloadConfig
 
 MODEL_KEYS = {"uri": "uri", "sha256": "sha256", "kmsKeyArn": "kms_key_arn", "cacheGiB": "cache_gib"}
@@ -20,6 +21,15 @@ WORKER_BUILD_KEYS = {"context": "context", "dockerfile": "dockerfile"}
 """`workerBuild` sub-keys -> WorkerBuild fields (context required)."""
 
 _CUDA = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
+
+
+def check_keys(where: str, value: Any, known: Collection[str], noun: str, expected: str) -> None:
+    """Refuse a non-mapping (`expected` says what is wanted) or a sub-key not in `known`, in one line naming it."""
+    if not isinstance(value, dict):
+        raise ConfigError(where, value, expected)
+    for key in value:
+        if key not in known:
+            raise ConfigError(f"{where}.{key}", value[key], f"unknown {noun} key; known keys: {catalogue.join(known)}")
 
 
 def artifact_workload_rules() -> list[Rule]:
@@ -36,12 +46,8 @@ def artifact_workload_rules() -> list[Rule]:
 def parse_model(where: str, value: Any) -> ModelSource:
     """`workloads.<name>.model` as a ModelSource; ConfigError naming `<where>.model.<key>` and the value."""
     at = f"{where}.model"
-    if not isinstance(value, dict):
-        raise ConfigError(at, value, "a mapping {uri: s3://BUCKET/KEY, sha256: <64 hex>} (kmsKeyArn, cacheGiB "
-                                     "optional)")
-    for key in value:
-        if key not in MODEL_KEYS:
-            raise ConfigError(f"{at}.{key}", value[key], f"unknown model key; known keys: {catalogue.join(MODEL_KEYS)}")
+    check_keys(at, value, MODEL_KEYS, "model",
+               "a mapping {uri: s3://BUCKET/KEY, sha256: <64 hex>} (kmsKeyArn, cacheGiB optional)")
     for key in ("uri", "sha256"):
         if key not in value:
             raise ConfigError(f"{at}.{key}", None, "required: a model is an S3 object pinned by its digest "
@@ -70,12 +76,12 @@ def check_batch(where: str, workload: WorkloadConfig, written: bool) -> None:
                           f"1 or unset: workload {workload.name} runs as the persistent consumer ({why}), which takes "
                           "messages until it is stopped; messagesPerJob sizes ScaledJob Jobs only (set pattern: "
                           "scaledjob where the work allows it)")
-    deadline = workload.model_load_s + n * workload.expected_processing_s
+    deadline = job_deadline_s(workload.model_load_s, n, workload.expected_processing_s)
     if deadline > JOB_DEADLINE_MAX_S:
         most = int((JOB_DEADLINE_MAX_S - workload.model_load_s) // workload.expected_processing_s)
         raise ConfigError(f"{where}.messagesPerJob", n,
                           f"at most {most}: a Job's deadline is modelLoadS + messagesPerJob x expectedProcessingS = "
-                          f"{deadline:.0f} s, over the {JOB_DEADLINE_MAX_S} s (a week) a Job may run")
+                          f"{deadline} s, over the {JOB_DEADLINE_MAX_S} s (a week) a Job may run")
 
 
 def parse_worker_image(value: Any) -> str:
@@ -96,13 +102,8 @@ def parse_worker_build(value: Any) -> WorkerBuild:
     """`workerBuild: {context, dockerfile?}`: the lab's build context and Dockerfile, relative paths (the context to
     the project folder, the Dockerfile to the context); that they exist is checked where the build is declared."""
     at = f"{NAMESPACE}:workerBuild"
-    if not isinstance(value, dict):
-        raise ConfigError(at, value, "a mapping {context: DIR, dockerfile: FILE} (paths relative to the project "
-                                     "folder and to the context)")
-    for key in value:
-        if key not in WORKER_BUILD_KEYS:
-            raise ConfigError(f"{at}.{key}", value[key],
-                              f"unknown workerBuild key; known keys: {catalogue.join(WORKER_BUILD_KEYS)}")
+    check_keys(at, value, WORKER_BUILD_KEYS, "workerBuild",
+               "a mapping {context: DIR, dockerfile: FILE} (paths relative to the project folder and to the context)")
     if "context" not in value:
         raise ConfigError(f"{at}.context", None, "required: the folder the lab's Dockerfile builds from")
     rule = "a relative path (to the project folder for context, to the context for dockerfile), written with '/'"

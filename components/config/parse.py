@@ -19,6 +19,7 @@ from .artifacts import (
     artifact_workload_rules,
     check_batch,
     check_image_keys,
+    check_keys,
     parse_model,
     parse_worker_build,
     parse_worker_image,
@@ -94,11 +95,7 @@ def _warm_rules() -> list[Rule]:
 def _check_mapping(key: str, value: Any, keys: tuple[str, ...], expected: str) -> str:
     """Refuse a non-mapping, an unknown sub-key or a missing one (one line naming it); returns `gpuburst:<key>`."""
     where = f"{NAMESPACE}:{key}"
-    if not isinstance(value, dict):
-        raise ConfigError(where, value, expected)
-    for sub in value:
-        if sub not in keys:
-            raise ConfigError(f"{where}.{sub}", value[sub], f"unknown {key} key; known keys: {catalogue.join(keys)}")
+    check_keys(where, value, keys, key, expected)
     for sub in keys:
         if sub not in value:
             raise ConfigError(f"{where}.{sub}", None, f"required: {key} needs {catalogue.join(keys)}")

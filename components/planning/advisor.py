@@ -39,12 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 from .. import catalogue
 from ..spec.validation import ConfigError
+from ..spec.workload import MESSAGES_PER_JOB_MAX
 from .arrivals import Burst
 from .chooser import choose_pattern, parallel_blocker
 from .cron import weekly_window, window_around
+from .report import bound_paragraph
 from .simulation import NodeType, PatternPlan, pods_per_node, simulate
 from .stack import plan_workload, warm_floor_at
-from .stages import CONSOLIDATE_AFTER_S, image_pull_seconds, model_seconds, stage_durations
+from .stages import CONSOLIDATE_AFTER_S, NODE_STAGES, image_pull_seconds, model_seconds, stage_durations
 
 if TYPE_CHECKING:
     from ..config import StackConfig, WorkloadConfig
@@ -57,8 +59,6 @@ __all__ = [
     "advise",
 ]
 
-MESSAGES_PER_JOB_MAX = 1000
-"""Most messages per Job the advisor proposes (ScaledJobSettings.max_messages_per_job allows 1-1000)."""
 ADVICE_TOP = 5
 """Configurations the advisor lists by default (`--top`)."""
 FLOOR_SEARCH_MAX = 16
@@ -196,7 +196,7 @@ class _Search:
         self.runs: dict[tuple, PatternPlan] = {}
         self.options: dict[tuple, Option] = {}
         self.notes: list[str] = []
-        self.floors: dict[int, tuple[float, float, dict]] = {}
+        self.floors: dict[tuple, tuple[float, float, dict]] = {}
         self.picks: dict[tuple, str] = {}
         self.goal: Callable[[Option], bool] = lambda o: False
         """Whether an option meets the goal; `top_costs` keeps the `top` cheapest costs of those priced so far."""
@@ -242,10 +242,12 @@ class _Search:
 
     def floor(self, floor: int, stages: Mapping[str, float]) -> tuple[float, float, dict]:
         """(window start, window end, stack keys): `floor` warm nodes up at the burst, in seconds from it (the
-        window that covers the burst), and the keys that give them; memoised."""
-        if floor not in self.floors:
-            self.floors[floor] = self._floor(floor, stages)
-        return self.floors[floor]
+        window that covers the burst), and the keys that give them; memoised per floor and per the stages that set
+        its lead (a shape's own image pull may differ)."""
+        k = (floor, *(stages[s] for s in ("poll", *NODE_STAGES)))
+        if k not in self.floors:
+            self.floors[k] = self._floor(floor, stages)
+        return self.floors[k]
 
     def _floor(self, floor: int, stages: Mapping[str, float]) -> tuple[float, float, dict]:
         cfg, at = self.config, self.burst.at
@@ -258,7 +260,7 @@ class _Search:
                 "count": floor, "start": cfg.warm_gpus.start, "end": cfg.warm_gpus.end,
                 "timezone": cfg.warm_gpus.timezone}}
             return ws, we, keys
-        lead = stages["poll"] + sum(stages[s] for s in ("nodeclaim", "ec2_ready", "gpu_registered", "image_pull"))
+        lead = stages["poll"] + sum(stages[s] for s in NODE_STAGES)
         tz = cfg.warm_gpus.timezone if cfg.warm_gpus is not None else "UTC"
         window = weekly_window(at, lead + FLOOR_LEAD_MARGIN_S, tz)  # on the burst's weekday, to the minute
         ws, we = window_around(window["start"], window["end"], tz, at)
@@ -277,7 +279,7 @@ class _Search:
         listed options only: the chooser runs the warm model)."""
         w = self.workload
         pick = self.pick(o.workload_keys.get("maxReplicas", w.max_replicas),
-                         o.messages_per_job if o.pattern == "scaledjob" else getattr(w, "messages_per_job", 1))
+                         o.messages_per_job if o.pattern == "scaledjob" else w.messages_per_job)
         if (w.pattern or pick) == o.pattern:
             return o
         return replace(o, workload_keys={**o.workload_keys, "pattern": o.pattern})
@@ -322,7 +324,7 @@ class _Search:
             cost = node_seconds(plan, ws, we) * price / 3600
             if "spot" in cfg.gpu_capacity_types and cap == "on-demand":
                 stack_keys["gpuCapacityTypes"] = [c for c in cfg.gpu_capacity_types if c != "spot"]
-            if per_job != getattr(w, "messages_per_job", 1):
+            if per_job != w.messages_per_job:
                 workload_keys["messagesPerJob"] = per_job
             if min(w.max_replicas, shape.max_nodes * shape.node.pods_per_node, math.ceil(plan.items / per_job)) != jobs:
                 workload_keys["maxReplicas"] = jobs
@@ -465,8 +467,6 @@ def advise(config: StackConfig, workload_name: str, burst: Burst, *, deadline_s:
         good.sort(key=lambda o: (o.time_to_last_result_s, round(o.cost_usd, 9), o.time_to_first_result_s, o.key()))
     good = [search.with_pattern(o) for o in (_undominated(good) if undominated else good)[:max(1, top)]]
     current = _current(search, config, w, burst, overrides)
-    from .report import bound_paragraph
-
     bound = None if good else bound_paragraph(evaluated, deadline_s, budget_usd, config, w)
     return Advice(w.name, stack, burst, deadline_s, budget_usd, current, good, meeting,
                   len(evaluated), len(search.runs), space, clock() - t0, bound, search.notes)

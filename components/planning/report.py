@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .. import catalogue
 from .arrivals import Trace
 from .stack import WorkloadPlan
-from .stages import CONSOLIDATE_AFTER_S
+from .stages import CONSOLIDATE_AFTER_S, NODE_STAGES
 
 if TYPE_CHECKING:
     from ..config import StackConfig, WorkloadConfig
@@ -146,9 +146,6 @@ def describe(o: Option) -> str:
             f"message{'s' if o.messages_per_job != 1 else ''} on {o.instance_type} {o.capacity_type}, {floor}")
 
 
-_NODE_STAGES = ("nodeclaim", "ec2_ready", "gpu_registered", "image_pull")
-
-
 def bound_paragraph(evaluated: list[Option], deadline_s: float | None, budget_usd: float | None,
                     config: StackConfig, workload: WorkloadConfig) -> str:
     """One paragraph on why no configuration meets the goal, naming the stage that bounds the best one."""
@@ -156,7 +153,7 @@ def bound_paragraph(evaluated: list[Option], deadline_s: float | None, budget_us
     if deadline_s is not None and fastest.time_to_last_result_s > deadline_s:
         plan, st = fastest.plan, fastest.plan.stages
         poll = st["poll"] if fastest.pattern == "scaledjob" else 0.0
-        node_s = 0.0 if plan.nodes_launched == 0 else sum(st[s] for s in _NODE_STAGES)
+        node_s = 0.0 if plan.nodes_launched == 0 else sum(st[s] for s in NODE_STAGES)
         load = st["model_fetch"] + st["model_load"] if plan.model_fetches else st["model_cache_hit"] + st["model_load"]
         per_pod = math.ceil(plan.items / max(1, fastest.jobs_at_once))
         work = per_pod * st["per_item"]
@@ -307,7 +304,8 @@ def advice_table(advices: list[Advice]) -> str:
             lines.append(f"  #{i}")
             lines += ["    " + x for x in config_fragment(a.stack, a.workload, o).splitlines()]
         lines.append("")
-    lines.append("Cost: a ScaledJob's node-seconds (per-second billing, 60 s minimum, the 300 s consolidation tail; a "
-                 "warm floor's nodes from its window's start), the consumer's node all day; spot at "
+    lines.append(f"Cost: a ScaledJob's node-seconds (per-second billing, {catalogue.BILLING_MINIMUM_S} s minimum, the "
+                 f"{CONSOLIDATE_AFTER_S} s consolidation tail; a warm floor's nodes from its window's start), the "
+                 "consumer's node all day; spot at "
                  f"{catalogue.SPOT_PRICE_FRACTION:.0%} of on-demand, an assumption. Times from the burst's arrival.")
     return "\n".join(lines)

@@ -129,7 +129,7 @@ def plan_workload(config: StackConfig, workload: WorkloadConfig, burst: Burst | 
     burst = burst or Burst(workload.burst_items)
     arrivals = burst.arrivals_s()
     facts = workload.facts()
-    per_job = getattr(workload, "messages_per_job", 1)
+    per_job = workload.messages_per_job
     choice = choose_pattern(facts, messages_per_job=per_job)
     pattern = workload.pattern or choice.pattern
     opened = dict(zip((t for t, _ in arrivals), warm_floor_open(config, burst.at, (t for t, _ in arrivals))))

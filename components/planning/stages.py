@@ -94,7 +94,7 @@ def model_seconds(config: StackConfig, workload: WorkloadConfig, instance_type: 
     `instance_type`, in whole seconds (`catalogue.model_fetch_seconds` and `model_cache_hit_seconds`, the cache on
     the NVMe RAID0 where the stack puts kubelet there, else on the gp3 root volume); (0, 0) when the model is in the
     worker image."""
-    if getattr(workload, "model", None) is None:
+    if workload.model is None:
         return 0.0, 0.0
     t = catalogue.instance_type(instance_type)
     on_nvme = config.gpu_instance_store_policy == "RAID0" and t is not None and t.local_nvme_gb > 0

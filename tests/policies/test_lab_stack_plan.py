@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -102,22 +100,17 @@ def test_without_its_declared_cuda_the_lab_image_is_named_once_as_not_checked(la
 
 
 def test_checkov_passes_the_model_cache_and_the_pods_that_mount_it(lab, tmp_path):
-    exe = os.environ.get("CHECKOV") or shutil.which("checkov")
+    from tests.components.synth.test_plan_oracles import checkov_binary, checkov_reports, not_applicable_checks
+
+    exe = checkov_binary()
     if not exe or not Path(exe).exists():
         pytest.skip("checkov not installed: `make test` installs it into .venv-checkov and sets CHECKOV")
-    from tests.components.synth.test_plan_oracles import not_applicable_checks
-
     picked = [f for f in (lab["out"] / "manifests").glob("*.yaml")  # with the policies that select the pods
               if f.name.startswith(("persistentvolume", "scaledjob-", "deployment-gpuburst-studies", "networkpolicy-"))]
     assert len([f for f in picked if not f.name.startswith("networkpolicy-")]) == 4, [f.name for f in picked]
     for f in picked:
         shutil.copy(f, tmp_path / f.name)
-    proc = subprocess.run([exe, "-d", str(tmp_path), "--framework", "kubernetes", "--quiet", "--compact",
-                           "--skip-download", "-o", "json", "--skip-check", ",".join(sorted(not_applicable_checks()))],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    reports = json.loads(proc.stdout or "{}")
-    reports = reports if isinstance(reports, list) else [reports]
+    reports = checkov_reports(exe, tmp_path, sorted(not_applicable_checks()))
     failed = [f"{c['check_id']} {c['resource']}"
               for r in reports for c in r.get("results", {}).get("failed_checks", [])]
     assert failed == []

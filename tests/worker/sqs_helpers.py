@@ -17,6 +17,7 @@ from worker.consumer_settings import ConsumerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SLIDES, RESULTS = "slides-in", "results-out"
+OUT = f"s3://{RESULTS}/run/"  # where the server tests' messages ask for their results
 
 
 def aws_child_env(endpoint_url: str) -> dict[str, str]:
@@ -56,6 +57,18 @@ def make_buckets(s3: Any) -> None:
     """The input and output buckets."""
     for b in (SLIDES, RESULTS):
         s3.create_bucket(Bucket=b)
+
+
+def slide_message(name: str, **kw: Any) -> dict:
+    """A message body for the slide s3://slides-in/<name>.tif with its results under OUT; `kw` adds fields."""
+    return {"slide": f"s3://{SLIDES}/{name}.tif", "output": OUT, **kw}
+
+
+def put_slides(s3: Any, names: Any) -> None:
+    """Stand-in slides s3://slides-in/<name>.tif (a TIFF signature and the name: the stand-in processor decodes
+    nothing)."""
+    for name in names:
+        s3.put_object(Bucket=SLIDES, Key=f"{name}.tif", Body=b"II*\x00 not really a slide " + name.encode())
 
 
 def send(sqs: Any, url: str, body: Any, *, group: str | None = None, dedup: str | None = None) -> str:

@@ -78,6 +78,14 @@ def test_unknown_choice_is_refused():
         select_device("tpu")
 
 
+@pytest.fixture(autouse=True)
+def _no_cached_driver_version():
+    """Each test looks the driver version up afresh (the worker caches it per process)."""
+    dev._driver_version.cache_clear()
+    yield
+    dev._driver_version.cache_clear()
+
+
 def test_describe_cpu():
     assert describe_device(torch.device("cpu")) == f"cpu ({torch.get_num_threads()} threads)"
 
@@ -100,6 +108,14 @@ def test_driver_from_nvidia_smi(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     monkeypatch.setattr(dev.shutil, "which", lambda name: str(smi))
     assert dev._driver_version() == "570.86.15"
+
+
+def test_the_driver_version_is_looked_up_once_per_process(monkeypatch):
+    looked: list[str] = []
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setattr(dev.shutil, "which", looked.append)  # no nvidia-smi, and each lookup recorded
+    assert dev._driver_version() == dev._driver_version() == "unknown"
+    assert looked == ["nvidia-smi"]
 
 
 def test_precision_is_refused_where_the_device_cannot_run_it(monkeypatch):

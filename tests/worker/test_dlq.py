@@ -11,7 +11,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sqs_helpers import (  # noqa: E402
-    RESULTS,
     SLIDES,
     clients,
     consumer_settings,
@@ -20,26 +19,21 @@ from sqs_helpers import (  # noqa: E402
     get_json,
     make_buckets,
     make_queues,
+    put_slides,
     send,
+    slide_message,
 )
 from standin_processor import StandIn  # noqa: E402
 
 from worker import commands, dlq  # noqa: E402
 from worker.sqs_consumer import Consumer  # noqa: E402
 
-OUT = f"s3://{RESULTS}/run/"
-
-
-def body(name: str, **kw) -> dict:
-    return {"slide": f"s3://{SLIDES}/{name}.tif", "output": OUT, **kw}
-
 
 @pytest.fixture
 def env(aws):
     s3, sqs = clients()
     make_buckets(s3)
-    for name in ("good1", "good2", "good3"):
-        s3.put_object(Bucket=SLIDES, Key=f"{name}.tif", Body=b"II*\x00 a slide " + name.encode())
+    put_slides(s3, ("good1", "good2", "good3"))
     return s3, sqs
 
 
@@ -65,9 +59,9 @@ def consume(url: str, processor: StandIn) -> Consumer:
 def test_list_shows_the_workers_reason_and_no_reason_when_receives_ran_out(env, capsys):
     s3, sqs = env
     url, dlq_url = make_queues(sqs, max_receive=2)
-    send(sqs, url, body("good1", study="s-1"))
+    send(sqs, url, slide_message("good1", study="s-1"))
     run_out_of_receives(sqs, url, 2)  # a good slide, dead-lettered without one failed attempt
-    send(sqs, url, body("missing"))
+    send(sqs, url, slide_message("missing"))
     consume(url, StandIn())  # the worker dead-letters it at once, with its reason
     assert counts(sqs, dlq_url) == (2, 0)
 
@@ -95,8 +89,8 @@ def test_list_shows_the_workers_reason_and_no_reason_when_receives_ran_out(env, 
 def test_redrive_id_moves_only_that_one_and_the_slide_is_then_processed_once(env, capsys):
     s3, sqs = env
     url, dlq_url = make_queues(sqs, max_receive=1)
-    send(sqs, url, body("good1"))
-    send(sqs, url, body("good2"))
+    send(sqs, url, slide_message("good1"))
+    send(sqs, url, slide_message("good2"))
     run_out_of_receives(sqs, url, 1)
     letters = {d.slide_id: d for d in dlq.list_dead_letters(sqs, dlq_url)}
     assert sorted(letters) == ["good1", "good2"]
@@ -127,7 +121,7 @@ def test_redrive_all_moves_every_message_and_each_slide_is_processed_once(env, c
     s3, sqs = env
     url, dlq_url = make_queues(sqs, max_receive=1)
     for name in ("good1", "good2", "good3"):
-        send(sqs, url, body(name))
+        send(sqs, url, slide_message(name))
     run_out_of_receives(sqs, url, 1)
     assert counts(sqs, dlq_url) == (3, 0)
 
@@ -162,7 +156,7 @@ class DiesBeforeDelete:
 def test_a_redrive_that_dies_between_send_and_delete_never_makes_the_slide_run_twice(env):
     s3, sqs = env
     url, dlq_url = make_queues(sqs, max_receive=1)
-    send(sqs, url, body("good1"))
+    send(sqs, url, slide_message("good1"))
     run_out_of_receives(sqs, url, 1)
     with pytest.raises(Crash):
         dlq.redrive_messages(DiesBeforeDelete(sqs), dlq_url, url, hold_s=2)
@@ -185,7 +179,7 @@ def test_a_redrive_that_dies_between_send_and_delete_never_makes_the_slide_run_t
 def test_fifo_redrive_keeps_the_group_and_sqs_drops_a_repeated_send(env):
     s3, sqs = env
     url, dlq_url = make_queues(sqs, fifo=True, max_receive=1)
-    send(sqs, url, body("good1", study="s-7"), group="s-7")
+    send(sqs, url, slide_message("good1", study="s-7"), group="s-7")
     run_out_of_receives(sqs, url, 1)
     with pytest.raises(Crash):
         dlq.redrive_messages(DiesBeforeDelete(sqs), dlq_url, url, hold_s=2)

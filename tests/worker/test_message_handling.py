@@ -13,7 +13,7 @@ sys.path[:0] = [str(HERE), str(HERE / "slides")]
 
 from slide_bombs import declared_dims_bomb, forbid_decoding  # noqa: E402
 from sqs_helpers import (  # noqa: E402, E501
-    RESULTS,
+    OUT,
     SLIDES,
     clients,
     consumer_settings,
@@ -29,8 +29,6 @@ from standin_processor import StandIn  # noqa: E402
 from worker.message_actions import DLQ_REASON_ATTR  # noqa: E402
 from worker.slides.limits import SlideLimits, current_limits  # noqa: E402
 from worker.sqs_consumer import Consumer  # noqa: E402
-
-OUT = f"s3://{RESULTS}/run/"
 
 
 class CallsS3:

@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sqs_helpers import (  # noqa: E402
+    OUT,
     RESULTS,
     SLIDES,
     Proc,
@@ -25,26 +26,21 @@ from sqs_helpers import (  # noqa: E402
     keys,
     make_buckets,
     make_queues,
+    put_slides,
     send,
+    slide_message,
 )
 from standin_processor import StandIn  # noqa: E402
 
 from worker.message_actions import DLQ_REASON_ATTR  # noqa: E402
 from worker.sqs_consumer import Consumer  # noqa: E402
 
-OUT = f"s3://{RESULTS}/run/"
-
-
-def msg(name: str, **kw) -> dict:
-    return {"slide": f"s3://{SLIDES}/{name}.tif", "output": OUT, **kw}
-
 
 @pytest.fixture
 def env(aws, tmp_path):
     s3, sqs = clients()
     make_buckets(s3)
-    for name in ("a", "b", "c", "d", "e", "f", "a0", "a1", "a2", "a3", "b0", "b1", "b2"):
-        s3.put_object(Bucket=SLIDES, Key=f"{name}.tif", Body=b"II*\x00 not really a slide " + name.encode())
+    put_slides(s3, ("a", "b", "c", "d", "e", "f", "a0", "a1", "a2", "a3", "b0", "b1", "b2"))
     return s3, sqs
 
 
@@ -70,7 +66,7 @@ class RecordingS3:
 def test_job_mode_commits_three_outputs_summary_last_and_deletes(env):
     s3, sqs = env
     url, dlq = make_queues(sqs)
-    mid = send(sqs, url, msg("a", study="S1", sequence=0))
+    mid = send(sqs, url, slide_message("a", study="S1", sequence=0))
     spy = RecordingS3(s3)
     c = Consumer(consumer_settings(url), StandIn(), s3=spy)
     assert c.run() == 0
@@ -91,8 +87,8 @@ def test_job_mode_commits_three_outputs_summary_last_and_deletes(env):
 def test_redelivery_of_a_finished_slide_is_skipped_and_deleted(env):
     s3, sqs = env
     url, _ = make_queues(sqs)
-    first = send(sqs, url, msg("a"))
-    send(sqs, url, msg("a"))
+    first = send(sqs, url, slide_message("a"))
+    send(sqs, url, slide_message("a"))
     proc = StandIn()
     spy = RecordingS3(s3)
     c = Consumer(consumer_settings(url), proc, s3=spy)
@@ -107,11 +103,11 @@ def test_redelivery_of_a_finished_slide_is_skipped_and_deleted(env):
 def test_changed_input_is_processed_again_and_replaces_the_summary(env):
     s3, sqs = env
     url, _ = make_queues(sqs)
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     Consumer(consumer_settings(url), StandIn()).run()
     old = get_json(s3, "run/a.json")["input"]["etag"]
     s3.put_object(Bucket=SLIDES, Key="a.tif", Body=b"II*\x00 rescanned")
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     c = Consumer(consumer_settings(url), StandIn())
     c.run()
     assert [o.status for o in c.outcomes] == ["done"]
@@ -122,7 +118,7 @@ def test_changed_input_is_processed_again_and_replaces_the_summary(env):
 def test_concurrent_commit_by_another_worker_is_not_duplicated(env):
     s3, sqs = env
     url, _ = make_queues(sqs)
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     etag = s3.head_object(Bucket=SLIDES, Key="a.tif")["ETag"]
 
     def other_worker_commits(_slide_id):
@@ -138,7 +134,7 @@ def test_concurrent_commit_by_another_worker_is_not_duplicated(env):
 def test_incomplete_local_results_upload_nothing_and_leave_the_message(env):
     s3, sqs = env
     url, dlq = make_queues(sqs, max_receive=5)
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     c = Consumer(consumer_settings(url, max_messages=1), StandIn(skip_suffix=".preview.png"))
     assert c.run() == 0
     assert [o.status for o in c.outcomes] == ["retry"]
@@ -151,7 +147,7 @@ def test_incomplete_local_results_upload_nothing_and_leave_the_message(env):
 def test_visibility_is_extended_so_a_second_consumer_never_gets_the_slide(env):
     s3, sqs = env
     url, _ = make_queues(sqs)
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     slow = StandIn(delay_s=4.5)
     a = Consumer(consumer_settings(url, visibility_timeout_s=2, visibility_extension_interval_s=0.5, wait_time_s=1),
                  slow)
@@ -176,8 +172,8 @@ def test_malformed_contract_violation_and_missing_slide_go_to_the_dlq_with_one_l
     url, dlq = make_queues(sqs)
     send(sqs, url, '{"slide": "s3://slides-in/a.tif", "output": ')
     send(sqs, url, {"slide": "s3://slides-in/a.tif", "output": "s3://results-out/no-slash"})
-    send(sqs, url, msg("never-uploaded"))
-    send(sqs, url, msg("b"))
+    send(sqs, url, slide_message("never-uploaded"))
+    send(sqs, url, slide_message("b"))
     caplog.set_level(logging.INFO)
     c = Consumer(consumer_settings(url), StandIn())
     assert c.run() == 0
@@ -201,7 +197,7 @@ def test_malformed_contract_violation_and_missing_slide_go_to_the_dlq_with_one_l
 def test_transient_failures_are_retried_then_redriven_to_the_dlq(env):
     s3, sqs = env
     url, dlq = make_queues(sqs, max_receive=2)
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     proc = StandIn(fail=RuntimeError("CUDA error: an illegal memory access was encountered"))
     c = Consumer(consumer_settings(url), proc)
     assert c.run() == 0
@@ -228,7 +224,7 @@ def test_service_mode_keeps_fifo_order_per_study_and_carries_state(env, caplog):
     url, _ = make_queues(sqs, fifo=True)
     order = [("A", 0), ("B", 0), ("A", 1), ("B", 1), ("A", 3), ("B", 2), ("A", 2)]
     for study, seq in order:
-        send(sqs, url, msg(f"{study.lower()}{seq}", study=study, sequence=seq), group=study)
+        send(sqs, url, slide_message(f"{study.lower()}{seq}", study=study, sequence=seq), group=study)
     caplog.set_level(logging.INFO)
     proc = StandIn(areas={"tumour": 10.0})
     c = Consumer(consumer_settings(url, mode="service", idle_exit_s=1.5, wait_time_s=1), proc)
@@ -266,7 +262,7 @@ def consume_args(url: str, *extra: str) -> list[str]:
 def test_sigterm_mid_slide_finishes_within_the_grace_period(env, aws):
     s3, sqs = env
     url, _ = make_queues(sqs)
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     p = Proc(["--stand-in", "2", "--"] + consume_args(url, "--grace-period", "10"), {}, harness=True)
     try:
         p.wait_for("slide.processing", 30)
@@ -307,7 +303,7 @@ def test_a_hung_sqs_does_not_keep_the_watchdog_past_its_bound(env, monkeypatch, 
     monkeypatch.setattr(consumer_module, "WATCHDOG_RELEASE_TIMEOUT_S", 1.0)
     s3, sqs = env
     url, _ = make_queues(sqs)
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     hanging = HangingRelease(sqs)
     c = Consumer(consumer_settings(url, grace_period_s=0.3), StandIn(4, interruptible=False), s3=s3, sqs=hanging)
     stopped = {}
@@ -333,7 +329,7 @@ def test_a_hung_sqs_does_not_keep_the_watchdog_past_its_bound(env, monkeypatch, 
 def test_sigterm_past_the_grace_period_releases_the_message_at_once(env, aws, uninterruptible):
     s3, sqs = env
     url, _ = make_queues(sqs)
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     extra = ["--uninterruptible"] if uninterruptible else []
     p = Proc(["--stand-in", "60", *extra, "--"] + consume_args(url, "--grace-period", "1"), {}, harness=True)
     try:
@@ -400,7 +396,7 @@ def test_corrupt_tiff_is_a_poison_message_sent_to_the_dlq_at_once(aws, tmp_path)
     make_buckets(s3)
     s3.put_object(Bucket=SLIDES, Key="corrupt.tif", Body=b"II*\x00" + bytes(range(256)) * 8)
     url, dlq = make_queues(sqs, max_receive=5)
-    send(sqs, url, msg("corrupt"))
+    send(sqs, url, slide_message("corrupt"))
     c = Consumer(consumer_settings(url), model_processor(load_model(None, select_device("cpu"))))
     assert c.run() == 0
     assert [o.status for o in c.outcomes] == ["dead-lettered"]  # first receive: no retries wasted
@@ -472,7 +468,7 @@ def test_liveness_file_is_touched_by_the_main_loop(env, tmp_path):
     s3, sqs = env
     url, _ = make_queues(sqs)
     alive = tmp_path / "alive"
-    send(sqs, url, msg("a"))
+    send(sqs, url, slide_message("a"))
     c = Consumer(consumer_settings(url, liveness_file=str(alive)), StandIn())
     before = time.time()
     assert c.run() == 0

@@ -18,7 +18,7 @@ import torch
 
 from worker.cpus import cpu_count, torch_threads
 from worker.device import check_precision, describe_device, select_device
-from worker.devtools.startup import fresh_process_figures
+from worker.devtools.startup import REPO_ROOT, child_env, fresh_process_figures
 from worker.devtools.synthetic import write_synthetic_slide
 from worker.inference import InferenceSettings, Predictor, TileJob
 from worker.models.loaded_model import LoadedModel
@@ -26,7 +26,6 @@ from worker.models.loading import load_model
 from worker.pipeline import PipelineSettings, overlay_name, process_slide
 from worker.slides import open_slide
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TARGETS = {"speedup": 5.0, "pipeline_efficiency": 0.85}
 
 
@@ -193,7 +192,7 @@ def cold_vs_persistent(slide_path: Path, model: LoadedModel, device: str, n: int
     for i in range(n):
         process_slide(slide_path, workdir / "persistent", model, slide_id=f"msg{i}")
     persistent = time.perf_counter() - t0
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    env = child_env()
     t0 = time.perf_counter()
     for i in range(n):
         subprocess.run(

@@ -10,7 +10,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from worker.devtools.startup import REPO_ROOT, child_env
+
 #: Pixel size of the large slides: a 40x scan, read by the built-in 20x model area-averaged 2 x 2 on the fly.
 MPP_UM = 0.25
 #: Seconds one child (writing or processing one slide) may take before it is killed.
@@ -117,8 +118,7 @@ def child_process(slide: str, out: str, device: str, precision: str) -> dict:
 
 
 def _run_child(args: list[str]) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-m", "worker.devtools.bench_large", *args], cwd=REPO_ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "worker.devtools.bench_large", *args], cwd=REPO_ROOT, env=child_env(),
                           capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The repository: the working folder of the benchmarks' child processes, first on their PYTHONPATH."""
 
 TARGETS_S = {"fixed_beyond_torch_s": 1.0, "model_load_s": 0.5}
 """What the issues ask: under 1 s from the interpreter's start to the first tile beyond `import torch` (issue 18), and
@@ -23,6 +24,12 @@ the built-in model loaded in under 0.5 s (issue 17)."""
 
 CHILD_TIMEOUT_S = 180.0
 """Longest one fresh process may take (a loaded 2-core machine needs ~5 s; a hang must not stall the bench)."""
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment with REPO_ROOT first on PYTHONPATH: for a child `python -m worker ...`."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+
 
 _CHILD = r"""
 import time
@@ -60,7 +67,7 @@ def one_fresh_process(slide: Path, device: str, workdir: Path, precision: str = 
                       timeout_s: float = CHILD_TIMEOUT_S) -> dict:
     """Run `python -m worker infer SLIDE` once in a fresh interpreter and return its phases in seconds."""
     marks_file = workdir / "marks.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    env = child_env()
     args = [sys.executable, "-c", _CHILD, str(marks_file), "infer", str(slide), "--out", str(workdir / "out"),
             "--device", device, "--precision", precision]
     t0 = time.monotonic()

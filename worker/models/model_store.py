@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 
 from worker.logfmt import event, one_line
 from worker.models.errors import ModelError
+from worker.slides.limits import parse_bytes
 
 log = logging.getLogger("worker.model")
 
@@ -42,7 +43,6 @@ CHUNK_BYTES = 8 * 2**20
 """Bytes per read while streaming a download to disk and hashing it."""
 
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
-_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 _ENTRY = re.compile(r"sha256-([0-9a-f]{64})")
 _PARTIAL = re.compile(r"sha256-([0-9a-f]{64})\..*\.partial")
 
@@ -63,12 +63,12 @@ def check_sha256(value: str | None, name: str = "--model-sha256") -> str | None:
 
 
 def parse_size(name: str, raw: str) -> int:
-    """Bytes from an environment value: a whole number (21474836480) or with a unit (20GiB, 20Gi, 500MB)."""
-    m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([kmgt]i?)?b?\s*", str(raw), re.IGNORECASE)
-    number = float(m.group(1).replace("_", "")) * _UNITS[(m.group(2) or "").lower()] if m else 0
-    if number < 1 or number != int(number):
-        raise ValueError(f"{name}={raw!r}: must be a whole number of bytes >= 1 (e.g. 21474836480 or 20GiB)")
-    return int(number)
+    """Bytes from an environment value: a whole number (21474836480) or with a unit (20GiB, 20Gi, 500MB), read as
+    the SLIDE_MAX_*_BYTES variables are (worker.slides.limits.parse_bytes)."""
+    try:
+        return parse_bytes(name, raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: must be a whole number of bytes >= 1 (e.g. 21474836480 or 20GiB)") from None
 
 
 def model_uri(flag_value: str | None, environ: Mapping[str, str]) -> str | None:

@@ -223,6 +223,12 @@ def use_limits(limits: SlideLimits) -> Iterator[SlideLimits]:
         _current.reset(token)
 
 
+def parse_bytes(var: str, raw: str) -> int:
+    """Bytes from the environment variable `var`: a whole number >= 1, or one with a unit (256MiB, 64GiB, 64Gi,
+    500MB, 1.5GiB); ValueError, one line naming the variable and the value."""
+    return _parse(var, raw, True)
+
+
 def _parse(var: str, raw: str, is_bytes: bool) -> int:
     """A whole number >= 1 from an environment value: 40000000000, 40_000_000_000, 4e10; with a unit for bytes."""
     text = raw.strip().replace("_", "")

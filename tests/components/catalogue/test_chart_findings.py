@@ -1,9 +1,7 @@
 """The charts' rendered objects under checkov: every finding is explained in components/catalogue/chart_findings.py,
 none is stale, and the requests/limits and seccomp checks pass on every chart container."""
-import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ from components import catalogue
 from components.catalogue import chart_findings
 from components.catalogue.chart_findings import CHART_FINDINGS, NEVER_EXCUSED, object_of, stale, unexplained
 from components.synth import charts
+from tests.components.synth.test_plan_oracles import checkov_reports
 
 needs_charts = pytest.mark.skipif(not charts.SHARED_CHARTS.is_dir(), reason=f"the pinned chart archives are not at "
                                   f"{charts.SHARED_CHARTS} (../shared/charts is absent)")
@@ -31,11 +30,7 @@ def found(dev):
     folder = dev["out"] / "manifests"
     for chart in catalogue.CHARTS:
         assert (folder / chart).is_dir(), f"the dev plan rendered no objects of chart {chart}"
-    proc = subprocess.run([exe, "-d", str(folder), "--framework", "kubernetes", "--quiet", "--compact",
-                           "--skip-download", "-o", "json"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    reports = json.loads(proc.stdout or "{}")
-    reports = reports if isinstance(reports, list) else [reports]
+    reports = checkov_reports(exe, folder)
     passed = sum(r.get("summary", {}).get("passed", 0) for r in reports)
     assert passed > 50, f"checkov passed only {passed} checks on {folder}: did it read the manifests?"
     out = set()

@@ -53,3 +53,10 @@ def test_precision_is_one_of_the_workers_and_the_model_env_is_reserved():
     wp.check_settings(wp.WorkerPodSettings(image=IMAGE, precision="fp32",
                                            model=wp.ModelMount(uri="s3://bbb/k", sha256=DIGEST, cache_claim="c",
                                                                cache_sub_path="slides")))
+
+
+def test_the_stacks_precisions_are_the_workers():
+    # The components may not import the worker (its image ships worker/ alone), so the list is written twice.
+    from worker.precisions import PRECISIONS
+
+    assert wp.PRECISIONS == PRECISIONS

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import kubernetes_validate
@@ -83,6 +84,16 @@ def checkov_binary() -> str | None:
     return os.environ.get("CHECKOV") or shutil.which("checkov")
 
 
+def checkov_reports(exe: str, folder: Path, skip: Sequence[str] = ()) -> list[dict]:
+    """checkov's JSON reports (one per framework run) on the Kubernetes manifests under `folder`, `skip` skipped."""
+    proc = subprocess.run([exe, "-d", str(folder), "--framework", "kubernetes", "--quiet", "--compact",
+                           "--skip-download", "-o", "json", *(["--skip-check", ",".join(skip)] if skip else [])],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    reports = json.loads(proc.stdout or "{}")
+    return reports if isinstance(reports, list) else [reports]
+
+
 def test_readme_gives_a_reason_for_every_skipped_check():
     skips = not_applicable_checks()
     assert skips, "the README lists no checkov checks as not applicable (or the table is not found)"
@@ -99,12 +110,7 @@ def test_rendered_manifests_pass_checkov(dev, tmp_path):
     own.mkdir()
     for f in (dev["out"] / "manifests").glob("*.yaml"):
         shutil.copy(f, own / f.name)
-    proc = subprocess.run([exe, "-d", str(own), "--framework", "kubernetes", "--quiet",
-                           "--compact", "--skip-download", "-o", "json", "--skip-check", ",".join(skips)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    reports = json.loads(proc.stdout or "{}")
-    reports = reports if isinstance(reports, list) else [reports]
+    reports = checkov_reports(exe, own, skips)
     failed = [f"{c['check_id']} {c['resource']} ({c['check_name']})"
               for r in reports for c in r.get("results", {}).get("failed_checks", [])]
     passed = sum(r.get("summary", {}).get("passed", 0) for r in reports)

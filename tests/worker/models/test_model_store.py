@@ -52,7 +52,8 @@ def test_a_malformed_digest_is_one_line_naming_the_flag_and_the_value(value):
 
 
 @pytest.mark.parametrize("raw,expected", [("21474836480", 20 * 2**30), ("20GiB", 20 * 2**30), ("20Gi", 20 * 2**30),
-                                          ("500MB", 500 * 10**6), ("1_000", 1000)])
+                                          ("500MB", 500 * 10**6), ("1_000", 1000),
+                                          ("2e10", 2 * 10**10)])  # read as SLIDE_MAX_*_BYTES are
 def test_cache_sizes_take_units(raw, expected):
     assert model_store.parse_size("MODEL_CACHE_MAX_BYTES", raw) == expected
 

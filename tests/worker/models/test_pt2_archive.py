@@ -90,12 +90,16 @@ def test_what_the_reader_does_not_know_is_unsupported(tmp_path, edit, reason):
         _read(_rewrite(BUILTIN_WEIGHTS, tmp_path / "x.pt2", edit))
 
 
-def test_an_op_outside_aten_is_unsupported_when_run(tmp_path):
-    def to_other_namespace(doc):
-        doc["graph_module"]["graph"]["nodes"][2]["target"] = "torch.ops.higher_order.cond"
+@pytest.mark.parametrize("target", [
+    "torch.ops.higher_order.cond",  # an op outside aten
+    "torch.ops.aten.from_file.default",  # an aten op that reaches outside the tensors
+])
+def test_an_op_the_reader_does_not_run_is_unsupported_when_run(tmp_path, target):
+    def retarget(doc):
+        doc["graph_module"]["graph"]["nodes"][2]["target"] = target
 
-    program = _read(_rewrite(BUILTIN_WEIGHTS, tmp_path / "x.pt2", _json_edit("models/model.json", to_other_namespace)))
-    with pytest.raises(Unsupported, match="op torch.ops.higher_order.cond"):
+    program = _read(_rewrite(BUILTIN_WEIGHTS, tmp_path / "x.pt2", _json_edit("models/model.json", retarget)))
+    with pytest.raises(Unsupported, match=f"op {target}"):
         run_program(program, torch.zeros(1, 3, 256, 256))
 
 
@@ -104,11 +108,3 @@ def test_not_a_zip_is_unsupported(tmp_path):
     with pytest.raises(Unsupported, match="not a zip archive"):
         _read(tmp_path / "x.pt2")
 
-
-def test_an_aten_op_that_reaches_outside_the_tensors_is_unsupported_when_run(tmp_path):
-    def to_from_file(doc):
-        doc["graph_module"]["graph"]["nodes"][2]["target"] = "torch.ops.aten.from_file.default"
-
-    program = _read(_rewrite(BUILTIN_WEIGHTS, tmp_path / "x.pt2", _json_edit("models/model.json", to_from_file)))
-    with pytest.raises(Unsupported, match="op torch.ops.aten.from_file.default"):
-        run_program(program, torch.zeros(1, 3, 256, 256))
