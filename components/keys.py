@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from .spec.bucket_access import outside_role_key_statements
+from .spec.deploy_model import DeployModel
 from .spec.policy_documents import policy_document
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 
@@ -40,9 +42,10 @@ _ALIAS = re.compile(r"^alias/(?!aws/)[A-Za-z0-9/_-]{1,250}$")
 
 
 def data_key_policy(*, account_id: str, partition: str, region: str, worker_role_path: str | None = None,
-                    log_group_names: Sequence[str] = ()) -> dict:
+                    log_group_names: Sequence[str] = (), deploy_model: DeployModel | None = None) -> dict:
     """The data key's policy (see the module docstring): account administration, the worker roles under
-    `worker_role_path` through S3 and SQS only, CloudWatch Logs for `log_group_names` only."""
+    `worker_role_path` through S3 and SQS only, CloudWatch Logs for `log_group_names` only, and with a
+    `deploy_model` its slide uploaders and result readers through S3 only (`spec.bucket_access`)."""
     if not isinstance(account_id, str) or not _ACCOUNT.match(account_id):
         raise ConfigError("account_id", account_id, "a 12-digit AWS account id as a string")
     if partition not in ("aws", "aws-us-gov", "aws-cn"):
@@ -84,6 +87,9 @@ def data_key_policy(*, account_id: str, partition: str, region: str, worker_role
             "Condition": {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": [
                 f"arn:{partition}:logs:{region}:{account_id}:log-group:{n}" for n in log_group_names]}},
         })
+    if deploy_model is not None:
+        statements += outside_role_key_statements(deploy_model, account_id=account_id, partition=partition,
+                                                  region=region)
     return policy_document(statements)
 
 
@@ -111,6 +117,9 @@ class DataKeyArgs:
     """Description of the key."""
     tags: dict[str, str] = field(default_factory=dict)
     """Tags on the key. Default none."""
+    deploy_model: DeployModel | None = None
+    """The stack's deploy model: its slide uploaders may encrypt and its result readers decrypt through S3 (the
+    deployers administer the key through IAM, the account statement). Default None: no such statements."""
 
 
 RULES: tuple[Rule, ...] = (
@@ -126,6 +135,7 @@ RULES: tuple[Rule, ...] = (
          "None or a 12-digit AWS account id as a string"),
     Rule("partition", lambda v: v in ("aws", "aws-us-gov", "aws-cn"), "one of aws, aws-us-gov, aws-cn"),
     Rule("deletion_window_days", is_int_between(7, 30), "an int of days in 7..30"),
+    Rule("deploy_model", lambda v: v is None or isinstance(v, DeployModel), "None or a spec.deploy_model.DeployModel"),
     Rule("tags", lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str)
                                                        for k, x in v.items()), "a dict of str to str"),
 )
@@ -151,7 +161,7 @@ class DataKey(pulumi.ComponentResource):
                    else aws.get_caller_identity_output(opts=invoke).account_id)
         policy = pulumi.Output.all(account, region).apply(lambda a: json.dumps(data_key_policy(
             account_id=a[0], partition=args.partition, region=a[1], worker_role_path=args.worker_role_path,
-            log_group_names=list(args.log_group_names))))
+            log_group_names=list(args.log_group_names), deploy_model=args.deploy_model)))
         self.key = aws.kms.Key(
             f"{name}-key", description=args.description, key_usage="ENCRYPT_DECRYPT",
             customer_master_key_spec="SYMMETRIC_DEFAULT", enable_key_rotation=True,

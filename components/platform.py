@@ -13,6 +13,7 @@ from .catalogue.network import GPU_NODE_MIRRORS
 from .cluster import Cluster, ClusterArgs
 from .config import StackConfig, WorkloadConfig, support_advisory
 from .consumer import GpuConsumer, GpuConsumerArgs
+from .deploy_access import DeployAccess
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from .existing import ExistingNetwork
 from .image import WorkerImage, WorkerImageArgs, lab_image_args
@@ -130,6 +131,14 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         if not (isinstance(namespace, str) and _DNS_LABEL.fullmatch(namespace)):
             raise ConfigError("GpuBurstPlatform namespace", namespace, "a DNS label (lower-case letters, digits, "
                                                                        "'-', at most 63 characters)")
+        deploy = config.deploy
+        if deploy is None and network is None and s3_vpc_endpoint_ids is None:
+            raise ConfigError("gpuburst:deploy", None,
+                              "a DeployModel (StackConfig.deploy): the platform's clinical buckets refuse every request "
+                              "from outside its VPC but the roles the model names, the deployer's too")
+        if deploy is not None and break_glass_role_arns is not None:
+            raise ConfigError("GpuBurstPlatform break_glass_role_arns", list(break_glass_role_arns),
+                              "None with StackConfig.deploy (its breakGlassRoleArns are the ones exempt)")
         super().__init__("gpuburst:index:GpuBurstPlatform", name, None, opts)
         support = support_advisory(config)  # a mandatory finding was refused by parse_config already
         if support is not None:
@@ -138,11 +147,13 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         tags = {"Project": "gpuburst", "Environment": config.environment}
         models = [w for w in config.workloads if w.model is not None]
         child = pulumi.ResourceOptions(parent=self)
+        # Who deploys and from where, as facts in the plan: the pack and `gpuburst rehearse` judge the policies by it.
+        self.deploy_access = DeployAccess(f"{name}-deploy-access", deploy, opts=child) if deploy else None
         # One customer-managed key for the stack's data at rest; the workers' roles share an IAM path it names.
         worker_role_path = f"/{prefix}/workers/"
         self.data_key = DataKey(f"{name}-data-key", DataKeyArgs(
             alias=f"alias/{prefix}-data", worker_role_path=worker_role_path, region=config.region,
-            log_group_names=[control_plane_log_group(prefix)], tags=tags), opts=child)
+            log_group_names=[control_plane_log_group(prefix)], tags=tags, deploy_model=deploy), opts=child)
         data_key_arn = self.data_key.key_arn
 
         # The network boundary (components/network.py): a VPC whose GPU subnets have no route out, unless given one.
@@ -228,7 +239,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                         else [e.id for k, e in self.network.endpoints.items() if k in ("s3", "s3-gateway")]
                         if self.network is not None else None)
         self.storage = SlideStorage(f"{name}-storage", SlideStorageArgs(
-            tags=tags, kms_key_arn=data_key_arn, vpc_endpoint_ids=s3_endpoints or None,
+            tags=tags, kms_key_arn=data_key_arn, vpc_endpoint_ids=s3_endpoints or None, deploy_model=deploy,
             break_glass_role_arns=list(break_glass_role_arns) if break_glass_role_arns is not None else None),
             opts=child)
         # The workers' image: a prebuilt one by digest (nothing built), the lab's build (on top of the built-in image

@@ -27,6 +27,8 @@ import pulumi
 import pulumi_aws as aws
 
 from .spec import policy_documents
+from .spec.bucket_access import BucketPart, data_bucket_statements
+from .spec.deploy_model import DeployModel
 from .spec.names import ACCESS_LOGS, CLINICAL_SLIDES, DATA_CLASS_TAG
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
 
@@ -85,6 +87,12 @@ class SlideStorageArgs:
     whose use is itself alerted on. Sessions of these roles can reach the buckets from anywhere, so keep the list
     short, guard who may assume them, and watch CloudTrail for their use. Only with `vpc_endpoint_ids`. Default
     None: nobody is exempt (the account root can still delete the bucket policy)."""
+    deploy_model: DeployModel | None = None
+    """Who deploys and from where, who uploads slides and reads results from outside the VPC, who may break glass
+    (`spec.deploy_model`): with `vpc_endpoint_ids`, the buckets' policies are built from it
+    (`spec.bucket_access.data_bucket_statements`), so the deployers manage the buckets from where they deploy and
+    never read an object, and the outside roles do exactly their part from their place. Excludes
+    `break_glass_role_arns` (the model names them). Default None: nobody but break-glass roles is exempt."""
     access_logs: bool = True
     """Log every request to the two data buckets into the access-log bucket. Default True."""
     access_log_bucket_name: str | None = None
@@ -140,6 +148,11 @@ def validate_args(args: SlideStorageArgs) -> None:
             args.slides_bucket_name, args.results_bucket_name):
         raise ConfigError("access_log_bucket_name", args.access_log_bucket_name,
                           "a name different from both data buckets (a bucket logging into itself loops)")
+    if args.deploy_model is not None and args.break_glass_role_arns:
+        raise ConfigError("break_glass_role_arns", args.break_glass_role_arns,
+                          "None with a deploy_model (its break_glass_role_arns are the ones exempt)")
+    if args.deploy_model is not None and not isinstance(args.deploy_model, DeployModel):
+        raise ConfigError("deploy_model", args.deploy_model, "None or a spec.deploy_model.DeployModel")
     if args.break_glass_role_arns and args.vpc_endpoint_ids is None:
         raise ConfigError("break_glass_role_arns", args.break_glass_role_arns,
                           "None unless vpc_endpoint_ids is set (there is no endpoint restriction to be exempt from)")
@@ -207,6 +220,22 @@ class _PrivateBucket:
             opts=pulumi.ResourceOptions(parent=parent, depends_on=[*self.controls, *(after or [])]))
 
 
+def data_bucket_policy(bucket_arn: pulumi.Input[str], part: BucketPart, args: SlideStorageArgs) -> pulumi.Input[dict]:
+    """A clinical bucket's policy: TLS only; with `vpc_endpoint_ids`, the endpoint boundary, from the deploy model
+    when there is one (`spec.bucket_access`), else with only `break_glass_role_arns` exempt."""
+    if args.vpc_endpoint_ids is None or args.deploy_model is None:
+        return policy_documents.data_bucket_policy(bucket_arn, vpc_endpoint_ids=args.vpc_endpoint_ids,
+                                                   break_glass_role_arns=list(args.break_glass_role_arns or []))
+    model = args.deploy_model
+
+    def build(values: list[Any]) -> dict:
+        arn, *endpoints = values
+        doc = policy_documents.bucket_tls_only_policy(arn)
+        doc["Statement"] += data_bucket_statements(arn, part, model, endpoints)
+        return doc
+    return pulumi.Output.all(bucket_arn, *args.vpc_endpoint_ids).apply(build)
+
+
 @names_its_errors
 class SlideStorage(pulumi.ComponentResource):
     """The slides bucket and the results bucket, each private, SSE-KMS with a bucket key, versioned, TLS-only,
@@ -245,10 +274,9 @@ class SlideStorage(pulumi.ComponentResource):
                     f"{b.name}-access-logging", bucket=b.bucket.id, target_bucket=self.access_logs.bucket.id,
                     target_prefix=f"{ACCESS_LOG_PREFIX}{kind}/",
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[self.access_logs.policy])))
+        prefixes = {"slides": args.slides_prefix, "results": args.results_prefix}
         for kind, b in data.items():
-            b.set_policy(policy_documents.data_bucket_policy(
-                b.bucket.arn, vpc_endpoint_ids=args.vpc_endpoint_ids,
-                break_glass_role_arns=list(args.break_glass_role_arns or [])), self, logged[kind])
+            b.set_policy(data_bucket_policy(b.bucket.arn, BucketPart(kind, prefixes[kind]), args), self, logged[kind])
 
         self.slides_bucket_name = self.slides.bucket.bucket
         self.slides_bucket_arn = self.slides.bucket.arn

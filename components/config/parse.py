@@ -13,6 +13,7 @@ from typing import Any
 from .. import catalogue
 from ..catalogue.network import PRIVATE_IPV4_RANGES
 from ..planning.chooser import require_pattern
+from ..spec.deploy_model import parse_deploy_model
 from ..spec.validation import ConfigError, Rule, is_cdi_feature_flag, is_int_between, validate
 from ..spec.worker_pod import image_digest_problem
 from .artifacts import (
@@ -168,6 +169,7 @@ _KEYS: dict[str, str] = {
     "workerImage": "worker_image",
     "workerBuild": "worker_build",
     "workerImageCuda": "worker_image_cuda",
+    "deploy": "deploy",
 }
 
 
@@ -322,6 +324,11 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
         expectation = catalogue.instance_type_expectation(instance)
         if expectation is not None:
             raise ConfigError(prefix + "gpuInstanceTypes", instance, expectation)
+    if "deploy" not in values:
+        raise ConfigError(prefix + "deploy", None,
+                          "required: who deploys and from where (deployerRoleArns, and deployCidrs or a runner): the "
+                          "clinical buckets refuse every request from outside the VPC but the roles it names, the "
+                          "deployer's too (README, \"Deploying for real\")")
     if "alarmEmails" not in values:
         raise ConfigError(prefix + "alarmEmails", None, "required: a non-empty list of e-mail addresses "
                                                         "(the alarms are how silent failures reach a person)")
@@ -335,6 +342,8 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
             kwargs[name] = _parse_warm_gpus(value)
         elif name == "burst_budget":
             kwargs[name] = _parse_burst_budget(value)
+        elif name == "deploy":
+            kwargs[name] = parse_deploy_model(value, prefix + "deploy")
         elif name in _ARTIFACT_PARSERS:
             kwargs[name] = _ARTIFACT_PARSERS[name](value)
         elif isinstance(value, list):
@@ -352,6 +361,7 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
     if cfg.public_access_cidrs and not cfg.endpoint_public_access:
         raise ConfigError(prefix + "publicAccessCidrs", list(cfg.public_access_cidrs),
                           "unset unless endpointPublicAccess is true (there is no public endpoint to open)")
+    check_deploy_reach(cfg, prefix)
     if cfg.karpenter_batch_max_s < cfg.karpenter_batch_idle_s:
         raise ConfigError(prefix + "karpenterBatchMaxS", cfg.karpenter_batch_max_s,
                           f"seconds >= karpenterBatchIdleS = {cfg.karpenter_batch_idle_s} (the idle window ends a "
@@ -377,6 +387,24 @@ def parse_config(raw: Mapping[str, Any], *, stack: str = "dev") -> StackConfig:
     if support is not None and support.level == catalogue.MANDATORY:
         raise ConfigError(prefix + "kubernetesVersion", cfg.kubernetes_version, support.message)
     return cfg
+
+
+def check_deploy_reach(cfg: StackConfig, prefix: str = NAMESPACE + ":") -> None:
+    """ConfigError when the place `pulumi up` runs from cannot reach the cluster's API endpoint: with no runner, the
+    deployers deploy from `deploy.deployCidrs`, so the endpoint must be public to (a superset of) each of them."""
+    model = cfg.deploy
+    if model is None or model.runner is not None:
+        return
+    if not cfg.endpoint_public_access:
+        raise ConfigError(prefix + "endpointPublicAccess", cfg.endpoint_public_access,
+                          "true (with publicAccessCidrs covering deploy.deployCidrs), or a deploy.runner: with the "
+                          "API endpoint private and no in-VPC runner, `pulumi up` from the deploy CIDRs cannot reach "
+                          "the cluster")
+    opened = [ipaddress.ip_network(c) for c in cfg.public_access_cidrs]
+    for c in model.deploy_cidrs:
+        if not any(ipaddress.ip_network(c).subnet_of(o) for o in opened):  # type: ignore[arg-type]
+            raise ConfigError(prefix + "publicAccessCidrs", list(cfg.public_access_cidrs),
+                              f"a list covering deploy CIDR {c}: `pulumi up` from there must reach the API endpoint")
 
 
 def support_advisory(cfg: StackConfig, on: Any = None) -> catalogue.SupportFinding | None:

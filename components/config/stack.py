@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from .. import catalogue
 from ..catalogue.network import DEFAULT_VPC_CIDR
 from ..planning.chooser import choose_pattern
+from ..spec.deploy_model import DeployModel
 from ..spec.workload import WorkloadFacts, parallel_blocker
 
 NAMESPACE = "gpuburst"
@@ -250,6 +251,11 @@ class StackConfig:
     or a worker_build on another base), written on the worker pods so the policy pack can check the GPUs and the
     driver it needs. Default: None (a prebuilt image is then reported as not checked; a worker_build is the built-in
     image's, catalogue.TORCH_CUDA)."""
+
+    deploy: DeployModel | None = None
+    """Who deploys and from where, who uploads slides and reads results from outside the VPC, who may break glass
+    (`gpuburst:deploy`, spec.deploy_model.DeployModel). Required in a stack file (the clinical buckets' and the data
+    key's policies are built from it); None only for a StackConfig built in code. Default: None."""
 
     @property
     def name_prefix(self) -> str:

@@ -112,7 +112,9 @@ def test_dev_plan_has_one_rotated_data_key_with_its_policy(dev):
     assert key["properties"]["enableKeyRotation"] is True
     sids = set(_by_sid(json.loads(key["properties"]["policy"])))
     assert sids == {"AccountAdministersKeyThroughIam", "WorkerRolesUseKeyOnlyThroughS3AndSqs",
-                    "CloudWatchLogsEncryptsNamedLogGroups"}
+                    "CloudWatchLogsEncryptsNamedLogGroups",
+                    # Pulumi.dev.yaml's deploy model names an uploader and a reader (spec/bucket_access.py).
+                    "SlideUploadersEncryptThroughS3", "ResultReadersDecryptThroughS3"}
 
 
 def test_dev_plan_encrypts_buckets_queues_log_group_and_secrets_with_the_data_key(dev):

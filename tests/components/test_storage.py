@@ -266,14 +266,26 @@ def _platform(**kw):
     return run_under_mocks(lambda: GpuBurstPlatform("p", parse_config(raw["config"], stack="dev"), **kw))
 
 
-def test_the_platform_passes_its_s3_endpoints_and_break_glass_roles_to_both_data_buckets():
-    res = _platform(s3_vpc_endpoint_ids=[VPCE], break_glass_role_arns=[BREAK_GLASS])
+def test_the_platform_passes_its_s3_endpoints_and_the_deploy_models_roles_to_both_data_buckets():
+    res = _platform(s3_vpc_endpoint_ids=[VPCE])
     pols = [r for r in res.monitor.by_type("aws:s3/bucketPolicy:BucketPolicy") if "access-logs" not in r.name]
     assert len(pols) == 2
+    exempt = {}
     for r in pols:
         (deny,) = [st for st in json.loads(r.properties["policy"])["Statement"] if st["Sid"] == "DenyOutsideVpce"]
-        assert deny["Condition"] == {"StringNotEquals": {"aws:SourceVpce": [VPCE]},
-                                     "ArnNotLike": {"aws:PrincipalArn": [BREAK_GLASS]}}
+        assert deny["Condition"]["StringNotEquals"] == {"aws:SourceVpce": [VPCE]}
+        exempt[r.name] = deny["Condition"]["ArnNotLike"]["aws:PrincipalArn"]
+    # Pulumi.dev.yaml: the deployer (it deploys from CIDRs) and break glass on both; each bucket's own outside role.
+    for name, arns in exempt.items():
+        assert "arn:aws:iam::123456789012:role/gpuburst-dev-deploy" in arns and BREAK_GLASS in arns
+        own = "gpuburst-dev-slide-upload" if "slides" in name else "gpuburst-dev-results-read"
+        other = "gpuburst-dev-results-read" if "slides" in name else "gpuburst-dev-slide-upload"
+        assert any(a.endswith(own) for a in arns) and not any(a.endswith(other) for a in arns)
+
+
+def test_the_platform_refuses_break_glass_roles_beside_a_deploy_model():
+    with pytest.raises(ConfigError, match="break_glass_role_arns.*None with StackConfig.deploy"):
+        _platform(break_glass_role_arns=[BREAK_GLASS])
 
 
 def _clinical_bucket_policies(plan: dict) -> list[dict]:

@@ -16,7 +16,10 @@ STUDIES = {"itemsIndependent": False, "ordered": True, "stateful": True}
 
 
 def config(slides: dict | None = None, studies: dict | None = None, **top) -> dict:
+    deployer = "arn:aws:iam::123456789012:role/gpuburst-deploy"
     raw = {"gpuburst:alarmEmails": json.dumps(["oncall@example.org"]),
+           "gpuburst:deploy": json.dumps({"deployerRoleArns": [deployer],
+                                          "runner": {"roleArn": deployer, "backendUrl": "s3://example-state"}}),
            "gpuburst:workloads": json.dumps({"slides": {**SLIDES, **(slides or {})},
                                              "studies": {**STUDIES, **(studies or {})}})}
     raw.update({f"gpuburst:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in top.items()})

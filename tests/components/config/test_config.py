@@ -17,7 +17,11 @@ def stack_file(name):
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
 
 
-MINIMAL = {"gpuburst:alarmEmails": json.dumps(["oncall@example.org"])}
+DEPLOYER = "arn:aws:iam::123456789012:role/gpuburst-deploy"
+DEPLOY = {"deployerRoleArns": [DEPLOYER], "runner": {"roleArn": DEPLOYER, "backendUrl": "s3://example-state"}}
+"""The smallest deploy model: one deployer, deploying through the in-VPC runner (so the API endpoint may stay
+private, the default)."""
+MINIMAL = {"gpuburst:alarmEmails": json.dumps(["oncall@example.org"]), "gpuburst:deploy": json.dumps(DEPLOY)}
 
 
 def test_defaults_are_the_catalogue_pins():
@@ -36,9 +40,11 @@ def test_example_stacks_parse(stack):
     assert {w.name for w in cfg.workloads} == {"slides", "studies"}
 
 
-def test_prod_restricts_the_endpoint_and_pins_the_ami():
+def test_prod_keeps_the_endpoint_private_deploys_from_its_runner_and_pins_the_ami():
     cfg = parse_config(stack_file("prod"), stack="prod")
-    assert cfg.endpoint_public_access is True and cfg.public_access_cidrs == ("203.0.113.0/24",)
+    assert cfg.endpoint_public_access is False and cfg.public_access_cidrs == ()
+    assert cfg.deploy is not None and cfg.deploy.runner is not None
+    assert cfg.deploy.runner.role_arn in cfg.deploy.deployer_role_arns
     assert cfg.ami_alias.startswith("al2023@v")
     assert cfg.region == "eu-west-1"
 
@@ -128,7 +134,12 @@ def test_workload_facts_are_checked():
 
 def test_alarm_emails_are_required():
     with pytest.raises(ConfigError, match="gpuburst:alarmEmails: None is not valid: required"):
-        parse_config({})
+        parse_config({"gpuburst:deploy": json.dumps(DEPLOY)})
+
+
+def test_the_deploy_model_is_required():
+    with pytest.raises(ConfigError, match="gpuburst:deploy: None is not valid: required: who deploys"):
+        parse_config({"gpuburst:alarmEmails": json.dumps(["oncall@example.org"])})
 
 
 def test_other_namespaces_are_ignored():
