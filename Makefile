@@ -19,12 +19,15 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 	$(CHECKOV_VENV)/bin/python -m pip install -q -r requirements-checkov.txt
 	touch $@
 
-## demo: the offline synth, the policy check on its plan, and the worker on synthetic slides (no cloud)
+## demo: the offline synth, the policy check and the deploy rehearsal on its plan, and the worker on synthetic slides
+## (no cloud)
 demo: $(VENV)/.installed
 	$(PY) -m components charts pull --if-missing
 	$(PY) -m components synth --stack dev --out out
 	@echo
 	$(PY) -m policies check out/plan.json
+	@echo
+	$(PY) -m components rehearse --plan out/plan.json
 	@echo
 	$(PY) -m worker demo --out out/demo
 
@@ -32,8 +35,14 @@ demo: $(VENV)/.installed
 # built once); PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 
+# The IAM evaluator's test oracle (tests/oracle/iam-simulate/README.md): an npm package, installed from its lock.
+IAM_ORACLE := tests/oracle/iam-simulate
+$(IAM_ORACLE)/node_modules/.installed: $(IAM_ORACLE)/package-lock.json
+	npm ci --prefix $(IAM_ORACLE) --no-audit --no-fund
+	touch $@
+
 ## test: every test (about 5 minutes on 2 cores)
-test: $(VENV)/.installed $(CHECKOV_VENV)/.installed
+test: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(IAM_ORACLE)/node_modules/.installed
 	CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(PY) -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 synth: $(VENV)/.installed

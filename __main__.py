@@ -8,20 +8,25 @@ from components.platform import GpuBurstPlatform
 config = parse_config(current_config(), stack=pulumi.get_stack())
 platform = GpuBurstPlatform("gpuburst", config, verify_image=config.verify_image)
 
-pulumi.export("clusterName", platform.cluster_name)
-pulumi.export("kubeconfig", pulumi.Output.secret(platform.kubeconfig_json))
-pulumi.export("queueUrls", platform.queue_urls)
-pulumi.export("deadLetterQueueUrls", platform.dead_letter_queue_urls)
-pulumi.export("imageRef", platform.image_ref)
-pulumi.export("slidesBucket", platform.slides_bucket)
-pulumi.export("resultsBucket", platform.results_bucket)
-pulumi.export("workloads", platform.workload_patterns)
-pulumi.export("workerRoleArns", platform.worker_role_arns)
-pulumi.export("gpuNodePool", platform.gpu_nodepool_name)
-pulumi.export("namespace", platform.namespace_name)
-pulumi.export("resultsPrefix", platform.results_prefix)
-# Run once after the first `pulumi up` (GPU nodes pull these images from the stack's ECR mirror, not the internet).
-pulumi.export("mirrorCopyCommands", platform.mirror_copy_commands)
-if platform.verify_runner is not None:
-    # The hook Job of this set of guarded versions: `kubectl -n <namespace> logs job/<name>` is verify's JSON verdict.
-    pulumi.export("verifyJobName", platform.verify_runner.job_name)
+if platform.bootstrap_only:
+    # The bootstrap `up` (gpuburst:deploy.bootstrap): nothing below exists yet; the runner deploys the rest.
+    pulumi.export("bootstrap", "done: set gpuburst:deploy.bootstrap to false, then `gpuburst deploy --stack "
+                                f"{pulumi.get_stack()}` runs every later `pulumi up` in the in-VPC runner")
+else:
+    pulumi.export("clusterName", platform.cluster_name)
+    pulumi.export("kubeconfig", pulumi.Output.secret(platform.kubeconfig_json))
+    pulumi.export("queueUrls", platform.queue_urls)
+    pulumi.export("deadLetterQueueUrls", platform.dead_letter_queue_urls)
+    pulumi.export("imageRef", platform.image_ref)
+    pulumi.export("slidesBucket", platform.slides_bucket)
+    pulumi.export("resultsBucket", platform.results_bucket)
+    pulumi.export("workloads", platform.workload_patterns)
+    pulumi.export("workerRoleArns", platform.worker_role_arns)
+    pulumi.export("gpuNodePool", platform.gpu_nodepool_name)
+    pulumi.export("namespace", platform.namespace_name)
+    pulumi.export("resultsPrefix", platform.results_prefix)
+    # Run once after the first `pulumi up` (GPU nodes pull these images from the stack's ECR mirror, not the internet).
+    pulumi.export("mirrorCopyCommands", platform.mirror_copy_commands)
+    if platform.verify_runner is not None:
+        # The hook Job of this set of guarded versions: `kubectl -n <namespace> logs job/<name>` is its JSON verdict.
+        pulumi.export("verifyJobName", platform.verify_runner.job_name)

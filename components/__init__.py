@@ -43,6 +43,11 @@ _EXPORTS: dict[str, str] = {
     "WorkerImage": "image", "WorkerImageArgs": "image",
     "WorkloadIdentity": "identity", "WorkloadIdentityArgs": "identity",
     "DataKey": "keys", "DataKeyArgs": "keys",
+    # Who deploys and from where; who reaches the clinical buckets from outside (spec.deploy_model)
+    "DeployAccess": "deploy_access", "DeployModel": "spec.deploy_model", "parse_deploy_model": "spec.deploy_model",
+    "DeployRunner": "deploy_runner", "DeployRunnerArgs": "deploy_runner",
+    # The audit layer: a CloudTrail trail with the clinical buckets' data events, locked logs, alarms
+    "AuditTrail": "audit", "AuditTrailArgs": "audit",
     # verify as code: its RBAC and IAM, and the hook Job
     "VerifyRunner": "verify_runner", "VerifyRunnerArgs": "verify_runner",
     # Errors and the version catalogue
@@ -54,6 +59,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly (tests/test_public_surface.py)
     from . import catalogue
+    from .audit import AuditTrail, AuditTrailArgs
     from .cluster import Cluster, ClusterArgs
     from .config import (
         BurstBudget,
@@ -66,6 +72,8 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly 
         parse_config,
     )
     from .consumer import GpuConsumer, GpuConsumerArgs
+    from .deploy_access import DeployAccess
+    from .deploy_runner import DeployRunner, DeployRunnerArgs
     from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
     from .existing import (
         ExistingCluster,
@@ -91,6 +99,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly 
     from .pod import WorkerAccessArgs
     from .queue import WorkQueue, WorkQueueArgs
     from .scaledjob import GpuScaledJob, GpuScaledJobArgs, ScaledJobSettings
+    from .spec.deploy_model import DeployModel, parse_deploy_model
     from .spec.validation import ConfigError
     from .spec.worker_pod import ModelMount, WorkerPodSettings
     from .spec.workload import WorkloadFacts

@@ -93,6 +93,18 @@ def _verify(argv: list[str]) -> int:
     return main(argv)
 
 
+def _rehearse(argv: list[str]) -> int:
+    from .rehearse.cli import main
+
+    return main(argv, prog=f"{PROG} rehearse")
+
+
+def _deploy(argv: list[str]) -> int:
+    from .deploy_command import main
+
+    return main(argv, f"{PROG} deploy")
+
+
 def _plan_burst(argv: list[str]) -> int:
     """`plan-burst`: the burst planner's report (table, --json, --out PNGs); 2 with a one-line error."""
     import json
@@ -308,13 +320,13 @@ def _policy_pack(argv: list[str]) -> int:
 
 
 COMMANDS = {"synth": _synth, "charts": _charts, "verify": _verify, "plan-burst": _plan_burst, "check": _check,
-            "policy-pack": _policy_pack}
+            "policy-pack": _policy_pack, "rehearse": _rehearse, "deploy": _deploy}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print(f"usage: {PROG} {{synth,charts,verify,plan-burst,check,policy-pack}} [options]\n\n"
+        print(f"usage: {PROG} {{synth,charts,verify,plan-burst,check,policy-pack,rehearse,deploy}} [options]\n\n"
               "  synth   render the whole stack offline under Pulumi mocks (out/plan.json, out/manifests/)\n"
               "  charts  `charts pull`: fill the chart cache with the pinned Helm charts (online)\n"
               "  verify  post-upgrade checks against the live cluster and AWS (exit 1 on any failure)\n"
@@ -322,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
               "consumer;\n              with --deadline/--budget, the cheapest configurations that meet it and the "
               "lines to set\n"
               "  check   run the policy pack over a synth's plan.json offline (exit 1 on a mandatory violation)\n"
-              "  policy-pack  `policy-pack path`: the pack's folder, for `pulumi preview --policy-pack`\n\n"
+              "  policy-pack  `policy-pack path`: the pack's folder, for `pulumi preview --policy-pack`\n"
+              "  rehearse  what AWS will decide at apply time for the deploy model (gpuburst:deploy): deployers, "
+              "uploaders,\n            readers, workers and the Kubernetes API, offline (exit 1 on a denial)\n"
+              "  deploy  run `pulumi up` (or preview, refresh, destroy) in the stack's in-VPC deploy runner "
+              "(gpuburst:deploy.runner)\n\n"
               f"Run `{PROG} COMMAND --help` for a command's options.",
               file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2

@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 
 from .catalogue import DEFAULT_SUPPORT_TYPE, KUBERNETES_VERSION, SUPPORT_TYPES, kubernetes_problems
 from .karpenter import NODE_MANAGED_POLICIES, node_trust_policy
+from .network import open_network_policy
 from .nodeclass import DISCOVERY_TAG
 from .spec.names import POOL_LABEL, SYSTEM_POOL, control_plane_log_group
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
@@ -36,6 +37,19 @@ def _subnets(v) -> bool:
     # number of resources has to be known without waiting for an Output.
     return v is None or (isinstance(v, (list, tuple)) and len(v) > 0)
 
+
+VPC_CNI_CONFIGURATION = {"env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}
+"""The vpc-cni add-on's configuration values beside `enableNetworkPolicy`: the network policy agent in strict mode, so a
+new pod starts with a default deny until its policies are programmed (standard mode, the default, lets it talk to
+anything in that window). Sources: EKS User Guide, "Restrict Pod network traffic with Kubernetes network policies"
+(set NETWORK_POLICY_ENFORCING_MODE to strict in the aws-node container); aws/amazon-vpc-cni-k8s README
+(`NETWORK_POLICY_ENFORCING_MODE`, v1.17.1+, `standard`|`strict`) and charts/aws-vpc-cni/values.yaml, whose `env` map
+(`env.NETWORK_POLICY_ENFORCING_MODE`) is the add-on configuration schema's. pulumi-eks merges this `env` over the
+one it computes (nodejs/eks/addons/cni-addon.ts, mergeConfigurationValues). In strict mode a pod no policy selects
+stays denied: the system namespaces get `network.open_network_policy`."""
+
+SYSTEM_NAMESPACE = "kube-system"
+"""Where CoreDNS (the coredns add-on) and Karpenter run."""
 
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
                       3288, 3653)
@@ -96,6 +110,10 @@ class ClusterArgs:
     (AWS's own default would be 0.0.0.0/0). Default None."""
     endpoint_private_access: bool = True
     """Private API endpoint inside the VPC (nodes use it). Always True."""
+    api_client_security_group_ids: Sequence[pulumi.Input[str]] = ()
+    """Security groups (ids, may be Outputs) of in-VPC clients of the API's private endpoint, e.g. the deploy
+    runner's: each gets HTTPS in on the cluster security group, and the cluster's Kubernetes provider waits for the
+    rules (a `pulumi up` from the runner reaches the API before it installs anything). Default none."""
     system_instance_types: list[str] = field(default_factory=lambda: ["m6i.large"])
     """Instance types of the system node group. Default m6i.large."""
     system_desired_size: int = 2
@@ -186,7 +204,9 @@ class Cluster(pulumi.ComponentResource):
             # `enableNetworkPolicy: "true"` (pulumi/pulumi-eks nodejs/eks/addons/cni-addon.ts, mergeConfigurationValues;
             # nodejs/eks/cluster/cluster.ts passes vpcCniOptions to VpcCniAddon unless useDefaultVpcCni). Offline the
             # Addon is a remote child and never appears, so the plan shows the option on eks:index:Cluster.
-            vpc_cni_options={"enable_network_policy": True},
+            # NETWORK_POLICY_ENFORCING_MODE strict (VPC_CNI_CONFIGURATION) closes the window in which a new pod talks
+            # before its policies are programmed.
+            vpc_cni_options={"enable_network_policy": True, "configuration_values": VPC_CNI_CONFIGURATION},
             vpc_id=args.vpc_id, public_subnet_ids=args.public_subnet_ids, private_subnet_ids=args.private_subnet_ids,
             endpoint_public_access=args.endpoint_public_access, public_access_cidrs=args.public_access_cidrs,
             endpoint_private_access=args.endpoint_private_access,
@@ -228,6 +248,22 @@ class Cluster(pulumi.ComponentResource):
             tags=tags or None,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster, *system_attachments]))
 
+        self.kubeconfig_json = pulumi.Output.secret(self.cluster.kubeconfig_json)
+        self.api_client_ingress = [aws.vpc.SecurityGroupIngressRule(
+            f"{name}-api-client-{i}", security_group_id=self.cluster.cluster_security_group_id,
+            referenced_security_group_id=group, ip_protocol="tcp", from_port=443, to_port=443,
+            description="the API server's private endpoint, from an in-VPC client (the deploy runner)", opts=child)
+            for i, group in enumerate(args.api_client_security_group_ids)]
+        self.k8s_provider = k8s.Provider(
+            f"{name}-k8s", kubeconfig=self.kubeconfig_json, enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.api_client_ingress)))
+        # The VPC CNI is strict: CoreDNS and Karpenter (kube-system) would stay denied without a policy selecting them,
+        # and CoreDNS cannot become ready (the add-on would never go ACTIVE) until this exists.
+        open_policy = open_network_policy(SYSTEM_NAMESPACE)
+        self.system_network_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-kube-system-allow-all", metadata=open_policy["metadata"], spec=open_policy["spec"],
+            opts=pulumi.ResourceOptions(parent=self, provider=self.k8s_provider, depends_on=[self.cluster]))
+
         # Addon versions are left to AWS: EKS installs the addon's default version for the cluster's Kubernetes version.
         after_nodes = pulumi.ResourceOptions(parent=self, depends_on=[self.cluster, self.system_nodes])
         self.pod_identity_addon = aws.eks.Addon(
@@ -237,7 +273,8 @@ class Cluster(pulumi.ComponentResource):
         # this adopts as a managed addon once there are nodes for it (before that it would sit DEGRADED and time out).
         self.coredns_addon = aws.eks.Addon(
             f"{name}-coredns", cluster_name=args.name, addon_name="coredns", resolve_conflicts_on_create="OVERWRITE",
-            tags=tags or None, opts=after_nodes)
+            tags=tags or None, opts=pulumi.ResourceOptions.merge(after_nodes, pulumi.ResourceOptions(
+                depends_on=[self.system_network_policy])))
 
         # Karpenter discovers the GPU nodes' subnets and security group by these tags (EC2NodeClass selector terms).
         self.node_security_group_id = self.cluster.node_security_group_id
@@ -250,14 +287,11 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-subnet-discovery-{i}", resource_id=subnet_id, key=DISCOVERY_TAG, value=args.name,
                 opts=child))
 
-        self.kubeconfig_json = pulumi.Output.secret(self.cluster.kubeconfig_json)
         self.oidc_provider_arn = self.cluster.oidc_provider_arn
         self.oidc_issuer = self.cluster.oidc_issuer
-        self.k8s_provider = k8s.Provider(
-            f"{name}-k8s", kubeconfig=self.kubeconfig_json, enable_server_side_apply=True, opts=child)
         # What workloads on the cluster wait for (KarpenterArgs.wait_for): nodes to run on, Pod Identity, tags.
         self.ready: list[pulumi.Resource] = [self.cluster, self.system_nodes, self.pod_identity_addon,
-                                             self.coredns_addon, *self.discovery_tags]
+                                             self.coredns_addon, self.system_network_policy, *self.discovery_tags]
         self.register_outputs({"name": self.name, "kubeconfigJson": self.kubeconfig_json,
                                "oidcProviderArn": self.oidc_provider_arn, "oidcIssuer": self.oidc_issuer,
                                "nodeSecurityGroupId": self.node_security_group_id})

@@ -13,12 +13,28 @@ from .catalogue import (
     NVIDIA_DEVICE_PLUGIN_VERSION,
     device_plugin_version_problem,
 )
+from .catalogue.network import IMAGE_DIGESTS
+from .network import open_network_policy
 from .spec.names import GPU_PRESENT_LABEL, GPU_TOLERATION
 from .spec.validation import ConfigError, is_cdi_feature_flag, names_its_errors
 
 CHART = "nvidia-device-plugin"
 """Key of the chart in catalogue.CHARTS."""
 
+UPSTREAM_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"
+"""The chart's default image repository (its `image.repository`)."""
+
+DEVICE_PLUGIN_POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "privileged",
+                                     "pod-security.kubernetes.io/enforce-version": "latest",
+                                     "pod-security.kubernetes.io/audit": "restricted",
+                                     "pod-security.kubernetes.io/warn": "restricted"}
+"""Pod Security admission labels of the plugin's namespace. Enforce `privileged`, stated rather than left to the
+cluster's default: the Kubernetes Pod Security Standards' `baseline` forbids hostPath volumes, and the plugin mounts
+the kubelet's device-plugins directory (its socket) and /var/run/cdi (the CDI specs it writes), while the chart's MPS
+control daemon (scheduled only on MPS-labelled nodes, none here) is privileged with hostPID; nothing less than
+`privileged` admits them. Audit and warn stay at `restricted`: no other namespace of the stack admits privileged pods,
+so every pod admitted here is named in the API server's audit log and warned about to whoever applies it (the
+plugin's own DaemonSet on each upgrade, a known, rare warning; anything else is a pod that should not be there)."""
 
 
 DEVICE_PLUGIN_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "256Mi"}}
@@ -38,18 +54,30 @@ not non-root: the plugin writes its socket into the kubelet's root-owned device-
 /var/run/cdi, and upstream neither documents nor tests it read-only (see components/catalogue/chart_findings.py)."""
 
 
+def device_plugin_image_tag(version: str = NVIDIA_DEVICE_PLUGIN_VERSION) -> str:
+    """The chart's `image.tag` for the plugin `version`: `v<version>@<digest>` with the digest the catalogue records
+    (IMAGE_DIGESTS; the chart writes `<repository>:<tag>` and has no digest value), else `v<version>` alone."""
+    tag = f"v{version}"
+    digest = IMAGE_DIGESTS.get(f"{UPSTREAM_IMAGE}:{tag}")
+    return f"{tag}@{digest}" if digest else tag
+
+
 def device_plugin_values(*, gpu_label: tuple[str, str] = GPU_PRESENT_LABEL,
                          cdi_feature_flags: tuple[str, ...] = DEVICE_PLUGIN_CDI_FEATURE_FLAGS,
-                         image_repository: Any = None) -> dict:
+                         image_repository: Any = None, version: str = NVIDIA_DEVICE_PLUGIN_VERSION) -> dict:
     """Helm values of the device plugin: only on GPU nodes (label), tolerating their taint, node-critical priority,
     requests and limits, RuntimeDefault seccomp, the CDI feature flags (`cdi.featureFlags`, comma-joined; none
-    when empty), and with `image_repository` the image from that repository (the stack's ECR mirror) at the chart's
-    own tag (`v` + its appVersion)."""
+    when empty), the image by its digest at the chart's own tag (`v` + its appVersion; `device_plugin_image_tag`), and
+    with `image_repository` from that repository (the stack's ECR mirror, which holds the pinned version) instead of
+    nvcr.io at the chart `version`'s own."""
     key, value = gpu_label
-    image = ({"image": {"repository": image_repository, "tag": f"v{NVIDIA_DEVICE_PLUGIN_VERSION}"}}
-             if image_repository is not None else {})
+    # The mirror holds the catalogue's pinned plugin (network.mirror_copy_commands); nvcr.io has every version.
+    image: dict[str, Any] = {"tag": device_plugin_image_tag(NVIDIA_DEVICE_PLUGIN_VERSION if image_repository is not None
+                                                            else version)}
+    if image_repository is not None:
+        image["repository"] = image_repository
     return {
-        **image,
+        "image": image,
         # The chart's default affinity also matches NFD labels this stack does not install; pin it to the label every
         # GPU NodePool sets, both as a nodeSelector and as the required affinity that replaces the default.
         "nodeSelector": {key: value},
@@ -106,11 +134,19 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
         depends: list[pulumi.Resource] = []
         if args.create_namespace:
             self.namespace = k8s.core.v1.Namespace(
-                f"{name}-ns", metadata={"name": args.namespace}, opts=pulumi.ResourceOptions(parent=self))
+                f"{name}-ns", metadata={"name": args.namespace, "labels": dict(DEVICE_PLUGIN_POD_SECURITY_LABELS)},
+                opts=pulumi.ResourceOptions(parent=self))
             depends.append(self.namespace)
+        # The cluster's VPC CNI is strict: the plugin's pods (it reads its node from the API server) need a policy
+        # selecting them, or they stay denied.
+        open_policy = open_network_policy(args.namespace)
+        self.network_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-allow-all", metadata=open_policy["metadata"], spec=open_policy["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends)))
+        depends.append(self.network_policy)
         self.chart = k8s.helm.v4.Chart(
             f"{name}-chart", name=pin.chart, chart=pin.chart, version=args.version, namespace=args.namespace,
-            repository_opts={"repo": pin.repository}, values=device_plugin_values(cdi_feature_flags=flags,
-                                                                                image_repository=args.image_repository),
+            repository_opts={"repo": pin.repository}, values=device_plugin_values(
+                cdi_feature_flags=flags, image_repository=args.image_repository, version=args.version),
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends))
         self.register_outputs({"version": args.version, "namespace": args.namespace})

@@ -22,8 +22,16 @@ SERVICE_ACCOUNT = "karpenter"
 
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly",
                          "AmazonSSMManagedInstanceCore")
-"""AWS-managed policies of the node role Karpenter passes to the GPU nodes, as in the upstream v1.14.1 getting-started
-(ECR PullOnly, not ReadOnly: a node only pulls images; it never lists or describes repositories)."""
+"""AWS-managed policies of a node role as in the upstream v1.14.1 getting-started (ECR PullOnly, not ReadOnly: a node
+only pulls images; it never lists or describes repositories); the system node group's role has all of them."""
+
+NODE_SSM_POLICY = "AmazonSSMManagedInstanceCore"
+"""Lets Session Manager open a root shell on a node: off the GPU nodes (they hold slides) unless `node_ssm`."""
+
+
+def gpu_node_managed_policies(ssm: bool = False) -> tuple[str, ...]:
+    """The GPU node role's AWS-managed policies: NODE_MANAGED_POLICIES without NODE_SSM_POLICY unless `ssm`."""
+    return tuple(p for p in NODE_MANAGED_POLICIES if ssm or p != NODE_SSM_POLICY)
 
 INTERRUPTION_TARGET_ID = "KarpenterInterruptionQueueTarget"
 """EventBridge target id of the interruption queue on every rule (the upstream name)."""
@@ -353,6 +361,8 @@ class KarpenterArgs:
     one). Default 1 (Karpenter's)."""
     batch_max_s: int = 10
     """Controller `settings.batchMaxDuration`, seconds (longest batch; >= batch_idle_s). Default 10 (Karpenter's)."""
+    node_ssm: bool = False
+    """Attach NODE_SSM_POLICY to the GPU node role (`gpuburst:gpuNodeSsm`). Default False (upstream attaches it)."""
 
 
 KARPENTER_RULES = (
@@ -425,7 +435,7 @@ class Karpenter(pulumi.ComponentResource):
             f"{name}-node-role", name=node_role_name,
             assume_role_policy=json.dumps(node_trust_policy()),
             description=f"Nodes Karpenter launches in {args.cluster_name}", tags=tags or None, opts=child)
-        for policy in NODE_MANAGED_POLICIES:
+        for policy in gpu_node_managed_policies(args.node_ssm):
             aws.iam.RolePolicyAttachment(
                 f"{name}-node-{policy}", role=self.node_role.name,
                 policy_arn=f"arn:{partition}:iam::aws:policy/{policy}", opts=child)

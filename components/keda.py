@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,9 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS, KEDA_IDENTITY_OWNERS, KEDA_VERSION, keda_version_problem
+from .catalogue.network import IMAGE_DIGESTS, KEDA_IMAGES, SYSTEM_NODE_MIRRORS
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
+from .network import open_network_policy
 from .spec.keda_schema import API_VERSION, AUTH_KINDS, check_keda_manifest
 from .spec.names import POOL_LABEL, SYSTEM_POOL
 from .spec.policy_documents import policy_document, queue_metrics_statements
@@ -40,6 +43,12 @@ names it, so the two must agree."""
 
 SCALER_ROLE_PATH = "/gpuburst/keda-scaler/"
 """IAM path of every scaler role: the operator may assume roles under this path only."""
+
+KEDA_POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "restricted",
+                            "pod-security.kubernetes.io/enforce-version": "latest",
+                            "pod-security.kubernetes.io/audit": "restricted",
+                            "pod-security.kubernetes.io/warn": "restricted"}
+"""Pod Security admission labels of KEDA's namespace (Kubernetes Pod Security Standards, `restricted`)."""
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -92,8 +101,30 @@ KEDA_RESOURCES = {
 own defaults for 2.20.2, stated here so a chart upgrade cannot drop or change them unseen."""
 
 
+def keda_image_values(version: str = KEDA_VERSION, repositories: Mapping[str, Any] | None = None) -> dict:
+    """The chart's `image` values: each of KEDA's images (catalogue KEDA_IMAGES) by its digest (catalogue
+    IMAGE_DIGESTS) as `tag: <version>@<digest>` (the chart writes `<registry>/<repository>:<tag>` and has no digest
+    value; the container runtime pulls by the digest). With `repositories` (upstream repository -> the stack's ECR
+    mirror of it, network.mirror_image), the mirror, when it holds this version (the mirror's copies are the
+    catalogue's pinned tag): `registry` empty, so the chart writes `<repository>:<tag>`. An image without a recorded
+    digest keeps the chart's default (ghcr.io, by tag), which the pack's `image-pinned-by-digest` names."""
+    mirrored = {m.source: m.tag for m in SYSTEM_NODE_MIRRORS}
+    out: dict[str, dict] = {}
+    for key, source in KEDA_IMAGES.items():
+        digest = IMAGE_DIGESTS.get(f"{source}:{version}")
+        if digest is None:
+            continue
+        image: dict[str, Any] = {"tag": f"{version}@{digest}"}
+        mirror = (repositories or {}).get(source)
+        if mirror is not None and mirrored.get(source) == version:
+            image.update(registry="", repository=mirror)
+        out[key] = image
+    return out
+
+
 def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict], *,
-                      watch_namespaces: list[str] | None = None, restrict_secret_access: bool = True) -> dict:
+                      watch_namespaces: list[str] | None = None, restrict_secret_access: bool = True,
+                      version: str = KEDA_VERSION, image_repositories: Mapping[str, Any] | None = None) -> dict:
     """Helm values for the KEDA chart: operator service account name, system-node placement, no IRSA, the requests
     and limits of every KEDA container (KEDA_RESOURCES), and the operator's reach.
 
@@ -103,9 +134,10 @@ def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict], *,
     secret. `rbac.enabledCustomScaledRefKinds` is always off (see the comment below). `watch_namespaces` (chart
     `watchNamespace`, comma-separated): the operator, metrics server and webhooks watch only those namespaces, and the
     chart binds the operator's ClusterRole in each of them (and in its own) with RoleBindings instead of one
-    ClusterRoleBinding, so it can create Jobs only there. None: every namespace.
+    ClusterRoleBinding, so it can create Jobs only there. None: every namespace. `version` and `image_repositories`:
+    the images by digest, from the mirror when given (`keda_image_values`).
     """
-    values = {
+    values: dict[str, Any] = {
         # The chart creates the service account; the Pod Identity association refers to it by this name.
         "serviceAccount": {"operator": {"create": True, "name": OPERATOR_SERVICE_ACCOUNT}},
         # Operator, metrics server and admission webhooks all run on the system node group, never on GPU nodes.
@@ -121,6 +153,9 @@ def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict], *,
         # a ScaledObject here targets) and Jobs (a ScaledJob's) have rules of their own without it.
         "rbac": {"enabledCustomScaledRefKinds": False},
     }
+    images = keda_image_values(version, image_repositories)
+    if images:
+        values["image"] = images
     if watch_namespaces is not None:
         values["watchNamespace"] = ",".join(watch_namespaces)
     return values
@@ -198,6 +233,9 @@ class KedaArgs:
     restrict_secret_access: bool = True
     """The operator may read Secrets only in its own namespace (chart `permissions.operator.restrict.secret`):
     TriggerAuthentications must use pod identity, never a secret in a workload namespace. Default True."""
+    image_repositories: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    """The stack's ECR mirror of KEDA's images, by upstream repository (`ghcr.io/kedacore/keda` -> its mirror,
+    network.mirror_image); other entries are ignored. Default none: ghcr.io. Either way by digest."""
 
 
 @names_its_errors
@@ -226,14 +264,18 @@ class Keda(pulumi.ComponentResource):
 
         ns = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": self.namespace, "labels": {
-                # KEDA's pods meet 'restricted'; enforce 'baseline' so a chart default change cannot stop the
-                # operator, and surface any 'restricted' violation as a warning and an audit event.
-                "pod-security.kubernetes.io/enforce": "baseline",
-                "pod-security.kubernetes.io/warn": "restricted",
-                "pod-security.kubernetes.io/audit": "restricted",
-            }},
+            # The strictest Pod Security Standard KEDA's pods pass: 'restricted' (the chart's pods run as non-root,
+            # every capability dropped, no privilege escalation, RuntimeDefault seccomp, read-only root, only
+            # secret volumes). The pack's `pod-security-level` checks the rendered pods against it on every
+            # preview, so a chart upgrade that breaks it fails the plan instead of the admission of the operator.
+            metadata={"name": self.namespace, "labels": dict(KEDA_POD_SECURITY_LABELS)},
             opts=child)
+        # The cluster's VPC CNI is strict: KEDA's pods (the API server calls its webhooks and metrics server; the
+        # operator calls the API server, STS and SQS) need a policy selecting them, or they stay denied.
+        open_policy = open_network_policy(self.namespace)
+        self.network_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-allow-all", metadata=open_policy["metadata"], spec=open_policy["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
         self.identity = WorkloadIdentity(
             f"{name}-operator",
             WorkloadIdentityArgs(cluster_name=args.cluster_name, namespace=self.namespace,
@@ -253,8 +295,9 @@ class Keda(pulumi.ComponentResource):
                 repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=KEDA_CHART.repository),
                 values=keda_chart_values(args.system_node_selector, args.system_tolerations,
                                          watch_namespaces=args.watch_namespaces,
-                                         restrict_secret_access=args.restrict_secret_access)),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, self.identity]))
+                                         restrict_secret_access=args.restrict_secret_access,
+                                         version=args.version, image_repositories=args.image_repositories)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, self.network_policy, self.identity]))
         self.trigger_authentications = [
             k8s.apiextensions.CustomResource(
                 f"{name}-{m['metadata']['name']}", api_version=m["apiVersion"], kind=m["kind"],

@@ -7,7 +7,7 @@ The threat is an exploited slide parser (slides are untrusted files) copying sli
   gateway-endpoint prefix list. GPU nodes and the worker reach AWS through the interface endpoints in those subnets
   (`catalogue.VPC_ENDPOINTS`, private DNS on, a security group admitting HTTPS from the VPC CIDR only).
 - System subnets (the managed node group: Karpenter, KEDA, CoreDNS) route 0.0.0.0/0 to one NAT gateway in the one
-  public subnet, because what runs there needs it: KEDA's images (ghcr.io), Karpenter's (public.ecr.aws), and
+  public subnet, because what runs there needs it: Karpenter's image (public.ecr.aws, by digest), and
   Karpenter calls IAM (instance profiles for `EC2NodeClass.spec.role`) and the Price List API, which have no VPC
   endpoint (Karpenter docs, "Private Clusters"); so Karpenter keeps `settings.isolatedVPC` false.
 - Images on GPU nodes: the worker image (the stack's ECR) and the EKS add-ons (VPC CNI with its network policy agent,
@@ -44,7 +44,7 @@ import pulumi_aws as aws
 from .catalogue.network import (
     DEFAULT_VPC_CIDR,
     ECR_LAYER_BUCKET,
-    GPU_NODE_MIRRORS,
+    MIRRORED_IMAGES,
     PRIVATE_IPV4_RANGES,
     VPC_ENDPOINTS,
     endpoint_service_name,
@@ -158,24 +158,44 @@ CLUSTER_GROUP_INGRESS = (("tcp", 443, "the API server's private endpoint, from t
 """What the cluster security group admits from the GPU nodes' group (protocol, port, why)."""
 
 
+OPEN_POLICY_NAME = "gpuburst-allow-all"
+"""metadata.name of `open_network_policy`'s policy."""
+
+
+def open_network_policy(namespace: str, name: str = OPEN_POLICY_NAME) -> dict[str, Any]:
+    """A NetworkPolicy selecting every pod of `namespace` and allowing all traffic in and out.
+
+    The cluster's VPC CNI runs its network policy agent in strict mode (cluster.VPC_CNI_CONFIGURATION): a pod starts
+    denied everything until the policies selecting it are programmed, and a pod no policy selects stays denied (EKS
+    User Guide, "Restrict Pod network traffic with Kubernetes network policies": "you must have a network policy for
+    every endpoint that your pods need to access ... this requirement applies to the CoreDNS pods"). The system
+    namespaces (kube-system: CoreDNS, Karpenter; KEDA's; the device plugin's) get this one, which keeps their pods as
+    open as they were in standard mode; the workloads' namespace keeps its default-deny and the worker's own policy.
+    """
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}], "egress": [{}]}}
+
+
 def mirror_copy_commands(repository_urls: dict[str, str]) -> list[str]:
-    """The one-time copies into the mirror (`crane copy` keeps the manifest, so a pinned digest stays valid), given
-    the mirror repositories' URLs by upstream repository."""
+    """The one-time copies into the mirror, each from the catalogue's digest (`crane copy` moves the manifest as is,
+    so the digest the workloads pull stays valid) to the upstream tag, given the mirror repositories' URLs by upstream
+    repository. An image the catalogue has no digest for is copied by tag (the pack then names its pods)."""
     commands = []
-    for image in GPU_NODE_MIRRORS:
-        source = f"{image.source}:{image.tag}" + (f"@{image.digest}" if image.digest else "")
+    for image in MIRRORED_IMAGES:
+        source = f"{image.source}@{image.digest}" if image.digest else f"{image.source}:{image.tag}"
         commands.append(f"crane copy {source} {repository_urls[image.source]}:{image.tag}")
     return commands
 
 
 def mirror_image(source: str, *, account_id: str, region: str, name: str, dns_suffix: str = "amazonaws.com") -> str:
-    """What GPU nodes pull for the mirrored upstream image `source` (a GPU_NODE_MIRRORS entry): the copy in this
-    stack's ECR, `<account>.dkr.ecr.<region>.<suffix>/<name>/mirror/<repository>`, at the upstream tag (and digest,
-    when the catalogue pins one). A plain string from the account and region, so it is known during a preview (a new
-    repository's URL is not, and a Chart with unknown values renders nothing)."""
-    (image,) = [i for i in GPU_NODE_MIRRORS if i.source == source] or [None]
+    """The repository nodes pull the mirrored upstream image `source` (a MIRRORED_IMAGES entry) from: the copy in
+    this stack's ECR, `<account>.dkr.ecr.<region>.<suffix>/<name>/mirror/<repository>` (the caller adds the tag and
+    digest). A plain string from the account and region, so it is known during a preview (a new repository's URL is
+    not, and a Chart with unknown values renders nothing)."""
+    (image,) = [i for i in MIRRORED_IMAGES if i.source == source] or [None]
     if image is None:
-        raise ConfigError("mirror_image source", source, "one of " + ", ".join(i.source for i in GPU_NODE_MIRRORS))
+        raise ConfigError("mirror_image source", source, "one of " + ", ".join(i.source for i in MIRRORED_IMAGES))
     repository = f"{account_id}.dkr.ecr.{region}.{dns_suffix}/{name}/{MIRROR_PREFIX}/{image.repository}"
     return repository
 
@@ -310,7 +330,7 @@ class WorkloadNetwork(pulumi.ComponentResource):
             name=f"{args.name}/{MIRROR_PREFIX}/{image.repository}", image_tag_mutability="IMMUTABLE",
             image_scanning_configuration={"scan_on_push": True}, encryption_configurations=[{"encryption_type": "KMS"}],
             force_delete=False, tags={**tags, "gpuburst.io/mirror-of": image.source}, opts=child)
-            for image in GPU_NODE_MIRRORS}
+            for image in MIRRORED_IMAGES}
         self.mirror_repository_urls = {src: r.repository_url for src, r in self.mirror_repositories.items()}
 
         # The S3 endpoints' ids: what a bucket policy names to refuse S3 requests from anywhere else

@@ -8,12 +8,14 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from .audit import AuditTrail, AuditTrailArgs
 from .catalogue import CHARTS
-from .catalogue.network import GPU_NODE_MIRRORS
+from .catalogue.network import GPU_NODE_MIRRORS, MIRRORED_IMAGES
 from .cluster import Cluster, ClusterArgs
 from .config import StackConfig, WorkloadConfig, support_advisory
 from .consumer import GpuConsumer, GpuConsumerArgs
 from .deploy_access import DeployAccess
+from .deploy_runner import DeployRunner, DeployRunnerArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from .existing import ExistingNetwork
 from .image import WorkerImage, WorkerImageArgs, lab_image_args
@@ -37,6 +39,7 @@ from .planning.chooser import PatternChoice, choose_pattern, require_pattern
 from .pod import WorkerPodSettings, default_deny_network_policy
 from .queue import WorkQueue, WorkQueueArgs
 from .scaledjob import GpuScaledJob, GpuScaledJobArgs, settings_for_batch
+from .spec.deploy_runner import runner_log_group
 from .spec.names import WORKER_IMAGE_CUDA_ANNOTATION, control_plane_log_group
 from .spec.validation import ConfigError, names_its_errors
 from .spec.worker_pod import ModelMount
@@ -134,8 +137,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         deploy = config.deploy
         if deploy is None and network is None and s3_vpc_endpoint_ids is None:
             raise ConfigError("gpuburst:deploy", None,
-                              "a DeployModel (StackConfig.deploy): the platform's clinical buckets refuse every request "
-                              "from outside its VPC but the roles the model names, the deployer's too")
+                              "a DeployModel (StackConfig.deploy): the platform's clinical buckets refuse every "
+                              "request from outside its VPC but the roles the model names, the deployer's too")
         if deploy is not None and break_glass_role_arns is not None:
             raise ConfigError("GpuBurstPlatform break_glass_role_arns", list(break_glass_role_arns),
                               "None with StackConfig.deploy (its breakGlassRoleArns are the ones exempt)")
@@ -153,7 +156,9 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         worker_role_path = f"/{prefix}/workers/"
         self.data_key = DataKey(f"{name}-data-key", DataKeyArgs(
             alias=f"alias/{prefix}-data", worker_role_path=worker_role_path, region=config.region,
-            log_group_names=[control_plane_log_group(prefix)], tags=tags, deploy_model=deploy), opts=child)
+            log_group_names=[control_plane_log_group(prefix),
+                             *([runner_log_group(prefix)] if deploy and deploy.runner else [])],
+            tags=tags, deploy_model=deploy), opts=child)
         data_key_arn = self.data_key.key_arn
 
         # The network boundary (components/network.py): a VPC whose GPU subnets have no route out, unless given one.
@@ -162,6 +167,21 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             self.network = WorkloadNetwork(f"{name}-network", WorkloadNetworkArgs(
                 name=prefix, region=config.region, cluster_name=prefix, vpc_cidr=vpc_cidr, tags=tags), opts=child)
             cluster_network = self.network.cluster_args()
+
+        # The in-VPC deploy runner (components/deploy_runner.py): a CodeBuild project in the system subnets whose
+        # builds run `pulumi up` as the deployer, so the API endpoint need not be public.
+        self.deploy_runner: DeployRunner | None = None
+        if deploy is not None and deploy.runner is not None:
+            self.deploy_runner = DeployRunner(f"{name}-deploy-runner", DeployRunnerArgs(
+                name_prefix=prefix, vpc_id=cluster_network["vpc_id"], subnet_ids=cluster_network["private_subnet_ids"],
+                vpc_cidr=vpc_cidr, runner=deploy.runner, stack=pulumi.get_stack(), kms_key_arn=data_key_arn,
+                region=config.region, tags=tags), opts=child)
+        # The first `up` of a stack whose API endpoint stays private (`deploy.bootstrap`): the key, the network and
+        # the in-VPC deploy runner only; every later `up` runs in the runner (README "Deploying for real").
+        self.bootstrap_only = deploy is not None and deploy.bootstrap
+        if self.bootstrap_only:
+            self.register_outputs({"bootstrap": True})
+            return
 
         self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
             name=prefix, kubernetes_version=config.kubernetes_version,
@@ -172,6 +192,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             system_max_size=max(config.system_node_count, config.system_node_count + 1),
             secrets_kms_key_arn=data_key_arn, log_kms_key_arn=data_key_arn,
             log_retention_days=control_plane_log_retention_days,
+            api_client_security_group_ids=[self.deploy_runner.security_group_id] if self.deploy_runner else [],
             **cluster_network,
             tags=tags), opts=child)
         # Everything in the cluster goes through the cluster's own provider, after the system nodes exist.
@@ -185,7 +206,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         self.karpenter = Karpenter(f"{name}-karpenter", KarpenterArgs(
             cluster_name=prefix, version=config.karpenter_version, kubernetes_version=config.kubernetes_version,
             wait_for=[*self.cluster.ready, self.gpu_node_security], tags=tags,
-            batch_idle_s=config.karpenter_batch_idle_s, batch_max_s=config.karpenter_batch_max_s), opts=in_cluster)
+            batch_idle_s=config.karpenter_batch_idle_s, batch_max_s=config.karpenter_batch_max_s,
+            node_ssm=config.gpu_node_ssm), opts=in_cluster)
         self.nodeclass = Ec2NodeClass(f"{name}-gpu-nodeclass", Ec2NodeClassArgs(
             node_role=self.karpenter.node_role_name, cluster_name=prefix, crd_chart=self.karpenter.crd_chart,
             ami_alias=config.ami_alias, tags=tags,
@@ -205,7 +227,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         if self.network is not None:
             account = aws.get_caller_identity_output().account_id
             mirrored = {image.source: account.apply(lambda a, s=image.source: mirror_image(
-                s, account_id=a, region=config.region, name=prefix)) for image in GPU_NODE_MIRRORS}
+                s, account_id=a, region=config.region, name=prefix)) for image in MIRRORED_IMAGES}
         self.mirror_copy_commands: pulumi.Output[list[str]] | list[str] = (
             pulumi.Output.all(**self.network.mirror_repository_urls).apply(mirror_copy_commands)
             if self.network is not None else [])
@@ -213,7 +235,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             cdi_feature_flags=config.device_plugin_cdi_feature_flags,
             image_repository=mirrored.get(DEVICE_PLUGIN_IMAGE_SOURCE)), opts=in_cluster)
         self.keda = Keda(f"{name}-keda", KedaArgs(
-            cluster_name=prefix, version=config.keda_version,
+            cluster_name=prefix, version=config.keda_version, image_repositories=mirrored,
             watch_namespaces=list(dict.fromkeys([namespace, *keda_extra_watch_namespaces]))), opts=in_cluster)
 
         self.namespace_name = namespace
@@ -242,6 +264,14 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             tags=tags, kms_key_arn=data_key_arn, vpc_endpoint_ids=s3_endpoints or None, deploy_model=deploy,
             break_glass_role_arns=list(break_glass_role_arns) if break_glass_role_arns is not None else None),
             opts=child)
+        # Who touched a slide, changed a bucket or key policy, or broke glass: a CloudTrail trail with the clinical
+        # buckets' object-level events into an Object-Locked bucket, and alarms (components/audit.py).
+        buckets = [self.storage.slides_bucket_arn, self.storage.results_bucket_arn,
+                   *([self.storage.access_log_bucket_arn] if self.storage.access_log_bucket_arn else [])]
+        self.audit = AuditTrail(f"{name}-audit", AuditTrailArgs(
+            name_prefix=prefix, region=config.region, bucket_arns=buckets, key_arns=[data_key_arn],
+            break_glass_role_arns=list(deploy.break_glass_role_arns if deploy else break_glass_role_arns or []),
+            alarm_emails=list(config.alarm_emails), tags=tags), opts=child)
         # The workers' image: a prebuilt one by digest (nothing built), the lab's build (on top of the built-in image
         # unless it declares its own CUDA), or the built-in image.
         self.image: WorkerImage | None = None

@@ -246,6 +246,7 @@ class SlideStorage(pulumi.ComponentResource):
     results_bucket_name: pulumi.Output[str]
     results_bucket_arn: pulumi.Output[str]
     access_log_bucket_name: pulumi.Output[str] | None
+    access_log_bucket_arn: pulumi.Output[str] | None
     slides_prefix: str
     results_prefix: str
 
@@ -283,6 +284,7 @@ class SlideStorage(pulumi.ComponentResource):
         self.results_bucket_name = self.results.bucket.bucket
         self.results_bucket_arn = self.results.bucket.arn
         self.access_log_bucket_name = self.access_logs.bucket.bucket if self.access_logs else None
+        self.access_log_bucket_arn = self.access_logs.bucket.arn if self.access_logs else None
         self.slides_prefix = args.slides_prefix
         self.results_prefix = args.results_prefix
         self.register_outputs({

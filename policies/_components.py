@@ -9,6 +9,8 @@ from __future__ import annotations
 
 if __name__.startswith("gpuburst."):
     from .. import catalogue
+    from ..rehearse.plan_model import read_facts
+    from ..rehearse.scenarios import rehearse
     from ..spec import names, quantity
     from ..spec.names import (
         CAPACITY_TYPE_LABEL,
@@ -29,6 +31,8 @@ if __name__.startswith("gpuburst."):
     from ..synth.mocks import UNKNOWN as PLAN_UNKNOWN
 else:
     from components import catalogue
+    from components.rehearse.plan_model import read_facts
+    from components.rehearse.scenarios import rehearse
     from components.spec import names, quantity
     from components.spec.names import (
         CAPACITY_TYPE_LABEL,
@@ -51,4 +55,4 @@ else:
 __all__ = ["CAPACITY_TYPE_LABEL", "CLINICAL_SLIDES", "DATA_CLASS_TAG", "GI", "GPU_PRESENT_LABEL", "GPU_RESOURCE",
            "GPU_TAINT", "GPU_TOLERATION", "INSTANCE_TYPE_LABEL", "MI", "NODEPOOL_LABEL", "PLAN_UNKNOWN", "POOL_LABEL",
            "SYSTEM_POOL", "WORKER_LABEL", "catalogue", "control_plane_log_group", "fmt_cpu", "fmt_mem", "names",
-           "parse_quantity", "quantity"]
+           "parse_quantity", "quantity", "read_facts", "rehearse"]

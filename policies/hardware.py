@@ -1,6 +1,12 @@
 """Stack rule `worker-image-gpu-support`: the worker image's torch build supports every GPU a GPU NodePool may launch,
 and the AMI's NVIDIA driver is new enough for its CUDA; advisory `worker-image-unchecked`: a worker image the plan
-neither builds nor declares the CUDA of, which therefore could not be judged.
+neither builds nor declares the CUDA of, which therefore could not be judged; advisory `worker-image-driver-unchecked`:
+a pinned AMI release whose driver the catalogue does not record, which therefore could not be judged either.
+
+The driver comes from the catalogue: `AL2023_NVIDIA_DRIVER` for `al2023@latest`, `AL2023_NVIDIA_DRIVERS_BY_RELEASE`
+for a pinned `al2023@vYYYYMMDD`. A known driver older than the image needs is a violation; a pinned release the table
+does not hold is not a failure but something the rule could not check (an `Unchecked`, which the advisory reports,
+naming the catalogue fact that would let the rule judge it).
 
 The built-in image (a `docker-build:index:Image` from `worker/Dockerfile`, which a lab's own build extends) is judged
 by the catalogue's `TORCH_CUDA`. A lab's own image whose CUDA the stack declares (`gpuburst:workerImageCuda`, the pod
@@ -14,13 +20,14 @@ from __future__ import annotations
 
 import posixpath
 import re
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pulumi_policy import EnforcementLevel
 
 from ._components import catalogue, names
 from .declare import plan_policy, scoped_policy
-from .facts import WHOLE, Scope
+from .facts import WHOLE, Scope, config_schema, scope_of
 from .gpu_nodepool import gpu_evidence
 from .outside import Finding, Outside
 from .plan import Res, describe_res
@@ -31,12 +38,24 @@ from .workloads import is_worker
 
 NAME = "worker-image-gpu-support"
 UNCHECKED_NAME = "worker-image-unchecked"
+DRIVER_UNCHECKED_NAME = "worker-image-driver-unchecked"
 IMAGE = "docker-build:index:Image"
 CUDA_ANNOTATION = names.WORKER_IMAGE_CUDA_ANNOTATION
 WORKER_DIR = posixpath.dirname(catalogue.WORKER_PYTHON_REQUIREMENTS)
 """The worker's directory (`worker`): an image whose Dockerfile lives there is the worker image."""
 LATEST_ALIAS = "al2023@latest"
-"""The alias whose NVIDIA driver the catalogue records (`AL2023_NVIDIA_DRIVER`)."""
+"""The alias whose NVIDIA driver is `AL2023_NVIDIA_DRIVER`; a pinned one's is in `AL2023_NVIDIA_DRIVERS_BY_RELEASE`."""
+RELEASES_FACT = "components.catalogue.AL2023_NVIDIA_DRIVERS_BY_RELEASE (components/catalogue/instances.py)"
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """A GPU NodePool whose AMI's driver the catalogue does not record: not a violation of `worker-image-gpu-support`
+    (which filters it out) but what `worker-image-driver-unchecked` reports. Not a tuple, so a policy that forgot to
+    filter it out fails closed instead of reporting it as a violation."""
+
+    urn: str | None
+    message: str
 
 
 def worker_images(resources: list[Res]) -> list[Res]:
@@ -124,16 +143,19 @@ def _cc(cc: tuple[int, int]) -> str:
 
 
 def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cuda: dict | None = None,
-                      driver: str | None = None, scope: Scope = WHOLE) -> list[Finding | Outside]:
+                      driver: str | None = None, scope: Scope = WHOLE,
+                      drivers: dict[str, str] | None = None) -> list[Finding | Outside | Unchecked]:
     """(urn, message) for every GPU a judged worker image (the built-in build, by `torch_cuda`; a lab image with a
-    declared CUDA, by its floors) cannot use on a GPU NodePool, and every GPU NodePool whose AMI's driver is older than
-    its CUDA needs. Facts default to the catalogue."""
+    declared CUDA, by its floors) cannot use on a GPU NodePool, and every GPU NodePool whose AMI's driver (`driver` for
+    al2023@latest, `drivers` by pinned release) is older than its CUDA needs; an `Unchecked` for a pinned release
+    `drivers` does not hold. Facts default to the catalogue."""
     images = worker_images(resources)
     declared, out = declared_subjects(resources)
     if not images and not declared:
         return list(out)
     torch_cuda = torch_cuda if torch_cuda is not None else getattr(catalogue, "TORCH_CUDA", None)
     driver = driver if driver is not None else getattr(catalogue, "AL2023_NVIDIA_DRIVER", None)
+    drivers = drivers if drivers is not None else getattr(catalogue, "AL2023_NVIDIA_DRIVERS_BY_RELEASE", {})
     subjects = list(declared)
     if images:
         image = images[0]
@@ -145,17 +167,18 @@ def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cud
     nodeclasses = nodeclass_index(resources)
     shapes = [shape for shape in nodepool_shapes(resources, facts, scope) if gpu_evidence(shape.res.props)[0]]
     for subject in subjects:
-        out += _subject_findings(subject, shapes, nodeclasses, driver, scope)
+        out += _subject_findings(subject, shapes, nodeclasses, {LATEST_ALIAS: driver, **{
+            f"al2023@{release}": d for release, d in drivers.items()}}, scope)
     return out
 
 
-def _subject_findings(subject: Subject, shapes: list, nodeclasses: dict, driver: str | None,
-                      scope: Scope) -> list[Finding | Outside]:
+def _subject_findings(subject: Subject, shapes: list, nodeclasses: dict, drivers: dict[str, str | None],
+                      scope: Scope) -> list[Finding | Outside | Unchecked]:
     what, build = subject.what, subject.build
     min_cc = tuple(subject.facts["min_compute_capability"])
     min_driver = subject.facts["min_driver"]
     sources = subject.facts.get("sources", "")
-    out: list[Finding | Outside] = []
+    out: list[Finding | Outside | Unchecked] = []
     for shape in shapes:
         excluded = getattr(catalogue, "EXCLUDED_INSTANCE_FAMILIES", {})
         for name in shape.missing_facts:
@@ -198,13 +221,16 @@ def _subject_findings(subject: Subject, shapes: list, nodeclasses: dict, driver:
                                                        "which NVIDIA driver the GPU nodes get")))
             continue
         for alias in aliases:
-            if alias != LATEST_ALIAS:
-                out.append((shape.res.urn, f"{shape.what} boots {nc_label} on {alias!r}, whose "
-                                           "NVIDIA driver components.catalogue does not record (only "
-                                           f"{LATEST_ALIAS}'s, AL2023_NVIDIA_DRIVER), so {what} ({build}, driver >= "
-                                           f"{min_driver}) cannot be checked; use al2023@latest or record that AMI's "
-                                           "driver"))
+            if alias not in drivers:
+                release = alias.split("@", 1)[1] if isinstance(alias, str) and "@" in alias else alias
+                out.append(Unchecked(shape.res.urn, f"{shape.what} boots {nc_label} on {alias!r}, whose NVIDIA "
+                                                    f"driver the catalogue does not record: {what} ({build}, driver "
+                                                    f">= {min_driver}) was not checked against it; to check it, "
+                                                    f"record that release's driver branch in {RELEASES_FACT} (e.g. "
+                                                    f"{release!r}: '<branch>', from its awslabs/amazon-eks-ami "
+                                                    f"release notes), or use {LATEST_ALIAS} (AL2023_NVIDIA_DRIVER)"))
                 continue
+            driver = drivers[alias]
             have, need = _driver_major(driver), _driver_major(min_driver)
             if have is None or need is None or have < need:
                 out.append((shape.res.urn, f"{what} ({build}) needs NVIDIA driver >= {min_driver} but {nc_label}"
@@ -236,14 +262,27 @@ def unchecked_findings(resources: list[Res]) -> list[tuple[str | None, str]]:
             for image, users in seen.items()]
 
 
+def driver_unchecked_findings(resources: list[Res], config: dict | None = None) -> list[tuple[str | None, str]]:
+    """(urn, message) for every GPU NodePool whose pinned AMI release's driver the catalogue does not record."""
+    return [(f.urn, f.message) for f in hardware_findings(resources, scope=scope_of(resources, config))
+            if isinstance(f, Unchecked)]
+
+
 POLICY = scoped_policy(
     NAME, "The worker image's torch build must support every GPU a GPU NodePool may launch (compute capability) and "
           "the AMI's NVIDIA driver must be new enough for its CUDA.",
-    lambda resources, scope: hardware_findings(resources, scope=scope), ("nodeClassAmiAlias",))
+    lambda resources, scope: [f for f in hardware_findings(resources, scope=scope) if not isinstance(f, Unchecked)],
+    ("nodeClassAmiAlias",))
 
 UNCHECKED_POLICY = plan_policy(
     UNCHECKED_NAME, "Names once each worker image the plan neither builds nor declares the CUDA of, whose GPUs and "
                     "driver worker-image-gpu-support could therefore not check.",
     unchecked_findings, level=EnforcementLevel.ADVISORY)
 
-POLICIES = [POLICY, UNCHECKED_POLICY]
+DRIVER_UNCHECKED_POLICY = plan_policy(
+    DRIVER_UNCHECKED_NAME, "Names each GPU NodePool whose pinned AMI release's NVIDIA driver the catalogue does not "
+                           "record, so worker-image-gpu-support could not check it, and the catalogue fact that "
+                           "would let it.",
+    driver_unchecked_findings, level=EnforcementLevel.ADVISORY, config_schema=config_schema("nodeClassAmiAlias"))
+
+POLICIES = [POLICY, UNCHECKED_POLICY, DRIVER_UNCHECKED_POLICY]

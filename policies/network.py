@@ -10,10 +10,15 @@ selecting them and a default-deny NetworkPolicy, and that no egress rule of a po
 `0.0.0.0/0`, `::/0` (or any block wider than a private range, `except` or not) or every destination on ports other
 than DNS. `network-policy-enforced` requires that the VPC CNI enforces them at all: a NetworkPolicy is an inert
 object unless `eks:index:Cluster` sets `vpcCniOptions.enableNetworkPolicy: true` or an `aws:eks/addon:Addon`
-`vpc-cni` has `configurationValues` `{"enableNetworkPolicy": "true"}`.
+`vpc-cni` has `configurationValues` `{"enableNetworkPolicy": "true"}`, and that its agent runs in strict mode
+(`env.NETWORK_POLICY_ENFORCING_MODE: strict` in those configuration values, or in the Cluster's
+`vpcCniOptions.configurationValues`): in the default standard mode a new pod starts with a default allow until its
+policies are programmed, so a worker talks to any address in that window (EKS User Guide, "Restrict Pod network
+traffic with Kubernetes network policies"; aws/amazon-vpc-cni-k8s README, `NETWORK_POLICY_ENFORCING_MODE`).
 
 In a partial plan the cluster (and so the CNI) may be another stack's: the rule then reads the fact
-`networkPolicyEnforced` (ExistingCluster or policy config) and otherwise yields an `Outside`; a namespace the plan
+`networkPolicyEnforced` (ExistingCluster or policy config; it does not say the mode, which that stack's own plan
+judges) and otherwise yields an `Outside`; a namespace the plan
 neither creates nor holds a default-deny policy for is another stack's too.
 """
 from __future__ import annotations
@@ -46,8 +51,12 @@ ENFORCED_NAME = "network-policy-enforced"
 ADDON = "aws:eks/addon:Addon"
 VPC_CNI = "vpc-cni"
 EKS_COMPONENT_CLUSTER = "eks:index:Cluster"
-ENABLE = '{"enableNetworkPolicy": "true"}'
-"""The vpc-cni add-on's configurationValues that turn its network policy agent on."""
+ENABLE = '{"enableNetworkPolicy": "true", "env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}'
+"""The vpc-cni add-on's configurationValues that turn its network policy agent on, in strict mode."""
+MODE = "NETWORK_POLICY_ENFORCING_MODE"
+STRICT = "strict"
+STANDARD_WINDOW = ("in standard mode a new pod starts with a default allow until its policies are programmed, so a "
+                   "worker reaches any address in that window")
 INTERNET = "an exploited slide parser can copy slides out through it"
 
 
@@ -160,10 +169,41 @@ def _addon_verdict(addon: Res) -> tuple[bool, str | None]:
     if flag is UNKNOWN:
         return False, unknown_message(f"{field} enableNetworkPolicy", "whether the VPC CNI enforces NetworkPolicies")
     if flag is True or is_true_string(flag):
-        return True, None
+        problem = _mode_problem(values.get("env") if isinstance(values, dict) else None, f"{field} env",
+                                f"set configurationValues {ENABLE}")
+        return problem is None, problem
     shown = "is not set (the add-on's default is 'false')" if flag is None else f"= {fmt(flag)}"
     return False, (f"{field} enableNetworkPolicy {shown}: the VPC CNI does not enforce NetworkPolicies, so the "
                    f"worker pods' egress policies are inert; set configurationValues {ENABLE}")
+
+
+def _mode_problem(env: Any, where: str, fix: str) -> str | None:
+    """The violation when the VPC CNI's environment `env` (at `where`) does not set the strict enforcing mode."""
+    if env is UNKNOWN:
+        return unknown_message(where, "the VPC CNI's network policy enforcing mode")
+    mode = env.get(MODE) if isinstance(env, dict) else None
+    if mode is UNKNOWN:
+        return unknown_message(f"{where}.{MODE}", "the VPC CNI's network policy enforcing mode")
+    if mode == STRICT:
+        return None
+    shown = "is not set (the default is 'standard')" if mode is None else f"= {fmt(mode)}"
+    return f"{where}.{MODE} {shown}: {STANDARD_WINDOW}; {fix}"
+
+
+def _cluster_mode_problem(c: Res, who: str) -> str | None:
+    """The mode violation of an eks:index:Cluster whose vpcCniOptions turn network policy on."""
+    values = dig(c.props, "vpcCniOptions", "configurationValues")
+    if values.unknown:
+        return unknown_message(f"{who} {values.path}", "the VPC CNI's network policy enforcing mode")
+    config = values.value
+    if isinstance(config, str):
+        try:
+            config = json.loads(config) if config.strip() else {}
+        except ValueError as e:
+            return f"{who} {values.path} is not JSON ({e}): the VPC CNI add-on rejects it"
+    env = config.get("env") if isinstance(config, dict) else None
+    return _mode_problem(env, f"{who} {values.path}.env",
+                         f"set vpcCniOptions.configurationValues {{\"env\": {{\"{MODE}\": \"{STRICT}\"}}}}")
 
 
 def _cluster_name(c: Res) -> Any:
@@ -206,6 +246,9 @@ def enforcement_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Fin
             out.append((c.urn, unknown_message(f"{who} {flag.path}", "whether the VPC CNI enforces NetworkPolicies")))
             continue
         if flag is not None and (flag.value is True or is_true_string(flag.value)):
+            problem = _cluster_mode_problem(c, who)
+            if problem:
+                out.append((c.urn, problem))
             continue
         maybe = next((a for a in unnamed if _belongs(a, c, clusters)), None)
         if maybe is not None:
@@ -247,9 +290,10 @@ WORKER_POLICY = scoped_policy(
                         "policy selecting them reaches 0.0.0.0/0, ::/0 or every destination beyond DNS.",
     worker_policy_findings)
 ENFORCED_POLICY = scoped_policy(
-    ENFORCED_NAME, "NetworkPolicies are enforced: eks:index:Cluster vpcCniOptions.enableNetworkPolicy true or a "
-                   "vpc-cni aws:eks/addon:Addon with configurationValues enableNetworkPolicy \"true\" (in a partial "
-                   "plan, the fact networkPolicyEnforced).",
+    ENFORCED_NAME, "NetworkPolicies are enforced, in strict mode: eks:index:Cluster vpcCniOptions.enableNetworkPolicy "
+                   "true with configurationValues env NETWORK_POLICY_ENFORCING_MODE strict, or a vpc-cni "
+                   "aws:eks/addon:Addon with configurationValues enableNetworkPolicy \"true\" and that env (in a "
+                   "partial plan, the fact networkPolicyEnforced).",
     enforcement_findings, ("networkPolicyEnforced",))
 
 POLICIES = [WORKER_POLICY, ENFORCED_POLICY]

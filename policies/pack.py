@@ -9,12 +9,15 @@ from . import (
     buckets,
     gpu_nodepool,
     hardware,
+    images,
     keda_provider,
     keys,
+    namespaces,
     network,
     nodepool_diversity,
     plan_complete,
     queues,
+    rehearsal,
     schedulability,
     trust,
     versions,
@@ -26,7 +29,8 @@ PACK_NAME = "gpuburst-guardrails"
 """The pack's name as the engine reports it (letters, digits, `-`, `_`, `.`)."""
 
 RULE_MODULES = (nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues, workloads, wiring,
-                schedulability, hardware, network, trust, buckets, keys, plan_complete, boundary)
+                schedulability, hardware, network, namespaces, images, trust, buckets, keys, plan_complete, rehearsal,
+                boundary)
 """One module per rule area; each exports `POLICIES`."""
 
 

@@ -34,6 +34,18 @@ def upstream_crds() -> Path:
 
 
 @pytest.fixture(scope="session")
+def iam_oracle():
+    """The iam-simulate test oracle's `simulate(batch)` (tests/iam_oracle.py); skip with the reason ONLY when node
+    or its installed node_modules are absent (`make test` installs them)."""
+    import iam_oracle
+
+    reason = iam_oracle.unavailable()
+    if reason:
+        pytest.skip(reason)
+    return iam_oracle.simulate
+
+
+@pytest.fixture(scope="session")
 def moto_endpoint() -> str:
     """One real moto_server for the whole session; each test that uses `aws` gets it reset."""
     with moto_server() as url:
@@ -62,7 +74,19 @@ def dev(tmp_path_factory):
     return {"out": out, "plan": json.loads((out / "plan.json").read_text(encoding="utf-8")), "stdout": proc.stdout}
 
 
-SLOW_FIXTURES = {"dev", "dev_plan"}
+@pytest.fixture(scope="session")
+def prod(tmp_path_factory):
+    """The prod stack synthesised once for the whole run (as `dev`): {"out", "plan", "stdout"}. Prod differs where
+    it counts for the deploy path: a private API endpoint, the in-VPC deploy runner, two deployers."""
+    import json
+
+    out = tmp_path_factory.mktemp("synth-prod")
+    proc = run_synth(out, "--stack", "prod")
+    assert proc.returncode == 0, f"the synth failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return {"out": out, "plan": json.loads((out / "plan.json").read_text(encoding="utf-8")), "stdout": proc.stdout}
+
+
+SLOW_FIXTURES = {"dev", "dev_plan", "prod"}
 """Fixtures that run the whole synth in a subprocess (once per session, but a test that needs one waits for it)."""
 SERVER_FIXTURES = {"moto_endpoint", "aws", "pack", "analyze"}
 """Fixtures that start a server: a moto_server on loopback, or the policy pack's gRPC analyzer."""

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("components", "policies", "worker")
 PROVIDERS = ("pulumi_aws", "pulumi_kubernetes", "pulumi_eks", "pulumi_docker_build")
-PURE_ROOMS = ("components.catalogue", "components.spec", "components.planning")
+PURE_ROOMS = ("components.catalogue", "components.spec", "components.planning", "components.rehearse")
 
 
 def module_name(path: Path) -> str:
@@ -143,7 +143,14 @@ ALLOWED = {
     "components.spec": ("components.catalogue",),
     "components.planning": ("components.catalogue", "components.spec"),
     "components.config": ("components.catalogue", "components.spec", "components.planning.chooser"),
-    "policies": ("components.catalogue", "components.spec", "components.synth.mocks"),
+    # The rehearsal's judging half (the evaluator, the plan model, the scenarios) is pure too: the pack runs it.
+    "components.rehearse.evaluate": ("components.spec", "components.rehearse.conditions"),
+    "components.rehearse.conditions": ("components.spec",),
+    "components.rehearse.plan_model": ("components.catalogue", "components.spec"),
+    "components.rehearse.scenarios": ("components.catalogue", "components.spec", "components.rehearse.evaluate",
+                                      "components.rehearse.plan_model"),
+    "policies": ("components.catalogue", "components.spec", "components.synth.mocks",
+                 "components.rehearse.plan_model", "components.rehearse.scenarios"),
 }
 """The import rules docs/CONVENTIONS.md states (type-checking-only imports aside)."""
 

@@ -24,6 +24,7 @@ __all__ = [
     "instance_type_problem",
     "TORCH_CUDA",
     "AL2023_NVIDIA_DRIVER",
+    "AL2023_NVIDIA_DRIVERS_BY_RELEASE",
     "CUDA_RUNTIME_FLOORS",
     "CUDA_RUNTIME_FLOORS_SOURCE",
     "MODEL_CACHE_DEFAULT_GIB",
@@ -211,6 +212,13 @@ AL2023_NVIDIA_DRIVER = "580"
 Source: awslabs/amazon-eks-ami #2470 (AL2023 NVIDIA 580 upgrade schedule; 1.34 first, backports #2484, #2509) and the
 EKS user guide's note that the accelerated AMIs "currently include NVIDIA driver version 580" (quoted in NVIDIA/aicr
 #2743). Not checked against a live SSM parameter offline: `verify`'s gpu-job reports the driver a node really runs."""
+
+AL2023_NVIDIA_DRIVERS_BY_RELEASE: dict[str, str] = {}
+"""NVIDIA driver branch of pinned EKS AL2023 NVIDIA AMI releases, by the alias's version (`v20261101` for
+`al2023@v20261101`): what lets the pack's `worker-image-gpu-support` judge a pinned `gpuburst:amiAlias` (it names a
+pinned release missing here in its advisory `worker-image-driver-unchecked` instead). Empty: no release's driver has
+been read from its awslabs/amazon-eks-ami release notes (the "NVIDIA driver" line of the release's AL2023 NVIDIA
+variant) into this table yet; add `"vYYYYMMDD": "<branch>"` with that release note as the source."""
 
 
 CUDA_RUNTIME_FLOORS: dict[str, dict] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .pins import NVIDIA_DEVICE_PLUGIN_VERSION, PAUSE_IMAGE
+from .pins import KEDA_VERSION, NVIDIA_DEVICE_PLUGIN_VERSION, PAUSE_IMAGE
 
 __all__ = [
     "DEFAULT_VPC_CIDR",
@@ -15,8 +15,12 @@ __all__ = [
     "endpoint_service_name",
     "ECR_LAYER_BUCKET",
     "PULL_THROUGH_UPSTREAMS",
+    "IMAGE_DIGESTS",
     "MirroredImage",
     "GPU_NODE_MIRRORS",
+    "KEDA_IMAGES",
+    "SYSTEM_NODE_MIRRORS",
+    "MIRRORED_IMAGES",
     "INTERFACE_ENDPOINT_USD_PER_AZ_HOUR",
     "NAT_GATEWAY_USD_PER_HOUR",
 ]
@@ -95,20 +99,45 @@ an Amazon ECR private registry"; Docker Hub, GHCR, GitLab and Azure need a Secre
 the NVIDIA device plugin lives, is not among them: its image is mirrored instead (GPU_NODE_MIRRORS)."""
 
 
+IMAGE_DIGESTS: dict[str, str] = {
+    # The KEDA 2.20.2 images (ghcr.io, OCI indexes for amd64 and arm64). Two independent public pins agree on all
+    # three: GlueOps/platform-helm-chart-platform README.md (chart 0.79.2, `container_images.app_keda.*.image.tag`
+    # = `2.20.2@sha256:...`), and a public book's pins table (KEDA v2.20.2 row, read 2026-09-19, which also lists
+    # the per-architecture manifests, e.g. keda amd64 sha256:6c2ded1a...).
+    "ghcr.io/kedacore/keda:2.20.2":
+        "sha256:fe74c7b8849586a67ad2201bcb89e7f5ac221ff90399ecaa8fd28427f1ef11e6",
+    "ghcr.io/kedacore/keda-metrics-apiserver:2.20.2":
+        "sha256:27286536a8a775aeeee37a7e343f8ecebb27ebf680ee1181a4f99e82eefb253b",
+    "ghcr.io/kedacore/keda-admission-webhooks:2.20.2":
+        "sha256:41f74102aba7959c6e8d08b433ab8a5fd6cae7c5646c78f7fe3de40a52df3439",
+    # The device plugin v0.20.0 (nvcr.io OCI index). Three public sources agree: a manifest that resolved it with
+    # `curl -sI -H 'Accept: application/vnd.oci.image.index.v1+json' https://nvcr.io/v2/nvidia/k8s-device-plugin/
+    # manifests/v0.20.0` (Docker-Content-Digest), a running pod's `Image ID` (nvcr.io/nvidia/k8s-device-plugin@
+    # sha256:a61ba9fd...), and NVIDIA's gpu-operator-certified v26.7.0 OLM bundle (k8s-device-plugin:v0.20.0@
+    # sha256:a61ba9fd...). No public pin of v0.18.x was found; the catalogue refuses it anyway (DEVICE_PLUGIN_MINIMUM).
+    "nvcr.io/nvidia/k8s-device-plugin:v0.20.0":
+        "sha256:a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312",
+}
+"""Manifest-list (index) digests of the images outside ECR the stack runs, by `<repository>:<tag>`, each from public
+material as noted above (never invented: an image missing here runs by tag, and the pack's `image-pinned-by-digest`
+names it). `crane digest <repository>:<tag>` re-checks one when online."""
+
+
 @dataclass(frozen=True)
 class MirroredImage:
-    """An image GPU nodes run that lives outside ECR, copied once into the stack's ECR mirror."""
+    """An image the stack runs that lives outside ECR, copied once into the stack's ECR mirror."""
 
     source: str
     """Upstream repository, e.g. `nvcr.io/nvidia/k8s-device-plugin`."""
     tag: str
     """The tag the stack runs (copied unchanged)."""
     digest: str | None
-    """The pinned digest, when the catalogue pins one (a copy keeps it: `crane copy` moves the manifest as is)."""
+    """The pinned digest (IMAGE_DIGESTS): the copy is made from it (`crane copy` moves the manifest as is, so the
+    digest stays valid in the mirror) and the workloads pull it by digest."""
     repository: str
     """The repository under the stack's mirror prefix, e.g. `nvidia/k8s-device-plugin`."""
     runs: str
-    """What runs it on the GPU nodes."""
+    """What runs it, and on which nodes."""
 
 
 def _pause() -> MirroredImage:
@@ -117,16 +146,37 @@ def _pause() -> MirroredImage:
     return MirroredImage(source, tag, digest or None, "kubernetes/pause", "the warm floor's placeholder pods")
 
 
+def _mirror(source: str, tag: str, repository: str, runs: str) -> MirroredImage:
+    return MirroredImage(source, tag, IMAGE_DIGESTS.get(f"{source}:{tag}"), repository, runs)
+
+
 GPU_NODE_MIRRORS: tuple[MirroredImage, ...] = (
-    MirroredImage("nvcr.io/nvidia/k8s-device-plugin", f"v{NVIDIA_DEVICE_PLUGIN_VERSION}", None,
-                  "nvidia/k8s-device-plugin",
-                  "the NVIDIA device plugin DaemonSet (the chart's image, `v` + its appVersion)"),
+    _mirror("nvcr.io/nvidia/k8s-device-plugin", f"v{NVIDIA_DEVICE_PLUGIN_VERSION}", "nvidia/k8s-device-plugin",
+            "the NVIDIA device plugin DaemonSet on GPU nodes (the chart's image, `v` + its appVersion)"),
     _pause(),
 )
 """Images outside ECR that pods on GPU nodes run. GPU subnets have no route out, so each is copied into the stack's
 ECR (`<prefix>/mirror/<repository>`, immutable tags) and the workloads name the copy. Everything else on a GPU node
 comes from ECR already: the worker image (the stack's repository) and the EKS add-ons (VPC CNI with its network
 policy agent, kube-proxy, the Pod Identity agent: AWS's regional ECR)."""
+
+KEDA_IMAGES: dict[str, str] = {
+    "keda": "ghcr.io/kedacore/keda",
+    "metricsApiServer": "ghcr.io/kedacore/keda-metrics-apiserver",
+    "webhooks": "ghcr.io/kedacore/keda-admission-webhooks",
+}
+"""KEDA's three images by the chart's `image.<key>` value (the chart's defaults: registry ghcr.io, tag its
+appVersion)."""
+
+SYSTEM_NODE_MIRRORS: tuple[MirroredImage, ...] = tuple(
+    _mirror(source, KEDA_VERSION, source.split("/", 1)[1], f"KEDA (chart image `{key}`) on the system nodes")
+    for key, source in KEDA_IMAGES.items())
+"""Images outside ECR that the system nodes run, mirrored as well: the system subnets could reach ghcr.io over the
+NAT, but a copy in the stack's ECR is pulled by digest through the ECR endpoints, from a repository this account
+controls, and does not depend on ghcr.io being up when a node is replaced."""
+
+MIRRORED_IMAGES: tuple[MirroredImage, ...] = GPU_NODE_MIRRORS + SYSTEM_NODE_MIRRORS
+"""Every image the stack's ECR mirror holds: one repository and one copy command each."""
 
 INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
 """ESTIMATE (list price, us-east-1, AWS PrivateLink pricing page, read 2026-12): one interface endpoint in one zone,

@@ -22,6 +22,9 @@ __all__ = [
     "CHARTS",
     "KARPENTER_CHARTS",
     "PAUSE_IMAGE",
+    "PULUMI_CLI_VERSION",
+    "DEPLOY_RUNNER_IMAGE",
+    "DEPLOY_RUNNER_PYTHON_VERSION",
 ]
 
 KUBERNETES_VERSION = "1.35"
@@ -122,3 +125,24 @@ PAUSE_IMAGE = ("registry.k8s.io/pause:3.10"
 """The warm-floor placeholder's image: Kubernetes' pause 3.10 (multi-arch index digest), runs as uid 65535 and does
 nothing, so the GPU it holds costs only the node."""
 
+
+# --------------------------------------------------------------------------------------------------------------------
+# The in-VPC deploy runner (components/deploy_runner.py, spec/deploy_runner.py): what its CodeBuild builds run on.
+# --------------------------------------------------------------------------------------------------------------------
+
+PULUMI_CLI_VERSION = "3.272.0"
+"""The Pulumi CLI the deploy runner installs (`curl -fsSL https://get.pulumi.com | sh -s -- --version <pin>`; the
+installer's flags are `--version`, `--install-root`, `--no-edit-path`, `--silent`: pulumi/get.pulumi.com
+dist/install.sh). The same release as the `pulumi==` SDK pin in requirements.txt (a test holds them equal): the CLI and
+the SDK the program runs on move together."""
+
+DEPLOY_RUNNER_IMAGE = "aws/codebuild/amazonlinux-x86_64-standard:5.0"
+"""The deploy runner's CodeBuild image: the Amazon Linux 2023 x86-64 standard image 5.0, one of the EC2-compute images
+CodeBuild maintains (aws/aws-codebuild-docker-images README, "EC2 Compute"; definition al/x86_64/standard/5.0). It
+carries Docker 28 with buildx (the program builds the worker image with docker-build, so the project runs privileged)
+and Python 3.11 among its runtime versions (runtimes.yml). `amazonlinux-` is the alias CodeBuild uses since 2024-11-22;
+the older `amazonlinux2-x86_64-standard:5.0` names the same AL2023 image. Standard 6.0 exists too (also Python 3.11)."""
+
+DEPLOY_RUNNER_PYTHON_VERSION = "3.11"
+"""The Python the runner's builds select (`runtime-versions: python: 3.11` in the buildspec): the version the program
+and the worker are tested on (the worker image's base is CPython 3.11)."""

@@ -163,6 +163,7 @@ _KEYS: dict[str, str] = {
     "karpenterBatchMaxS": "karpenter_batch_max_s",
     "gpuInstanceStorePolicy": "gpu_instance_store_policy",
     "fastImagePull": "fast_image_pull",
+    "gpuNodeSsm": "gpu_node_ssm",
     "warmGpus": "warm_gpus",
     "burstBudget": "burst_budget",
     "verifyImage": "verify_image",
@@ -262,6 +263,8 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
         Rule("gpuInstanceStorePolicy", lambda v: v in ("RAID0", "none"),
              "RAID0 (local NVMe for kubelet and containerd) or none (the root volume)"),
         Rule("fastImagePull", lambda v: isinstance(v, bool), "true or false (nodeadm's FastImagePull feature gate)"),
+        Rule("gpuNodeSsm", lambda v: isinstance(v, bool),
+             "true or false (AmazonSSMManagedInstanceCore on the GPU node role: a Session Manager shell on GPU nodes)"),
         Rule("verifyImage", lambda v: isinstance(v, str) and image_digest_problem(v) is None,
              "an image with gpuburst installed, pinned by digest: <registry>/<repository>@sha256:<64 hex> (the "
              "VerifyRunner's hook Job runs `python -m gpuburst verify` in it)"),

@@ -230,6 +230,10 @@ class StackConfig:
     """Turn on AL2023 nodeadm's `FastImagePull` feature gate (SOCI parallel pull and unpack) in the GPU nodes'
     NodeConfig user data. Needs the image store on the RAID0 or a root volume of >= 600 MiB/s (nodeadm's advice:
     slower below), so it is refused with `gpuInstanceStorePolicy: none`. Default: true."""
+    gpu_node_ssm: bool = False
+    """Attach AmazonSSMManagedInstanceCore to the GPU node role, so SSM Session Manager can open a shell on GPU nodes
+    (which hold slides while they run). Default: false (upstream Karpenter attaches it; here it is opt-in, and the
+    system node group keeps it for debugging the cluster)."""
     warm_gpus: WarmGpus | None = None
     """A warm GPU floor (placeholder pods kept up on a cron schedule). Default: None (the GPU pool scales to zero)."""
     burst_budget: BurstBudget | None = None

@@ -10,6 +10,7 @@ import pulumi
 from gpuburst import (
     DataKey,
     DataKeyArgs,
+    DeployAccess,
     ExistingCluster,
     ExistingClusterArgs,
     ExistingKarpenter,
@@ -39,9 +40,13 @@ keda = ExistingKeda("keda", ExistingKedaArgs(version=cfg.require("kedaVersion"),
                                             operator_role_arn=cfg.require("kedaOperatorRoleArn")))
 karpenter = ExistingKarpenter("karpenter", ExistingKarpenterArgs(version=cfg.require("karpenterVersion")))
 
+# Who deploys this stack and from where (the same facts as the platform's gpuburst:deploy): the pack and
+# `gpuburst rehearse --project-dir examples/another-team --stack lab` judge the key and queue policies by them.
+access = DeployAccess("deploy", cfg.require_object("deploy"))
 # The lab's own key for its queue's messages (slide references and study ids): rotation on, usable by the lab's
 # worker roles only through SQS.
-key = DataKey("tils", DataKeyArgs(alias="alias/tils-lab-data", worker_role_path=worker_role_path))
+key = DataKey("tils", DataKeyArgs(alias="alias/tils-lab-data", worker_role_path=worker_role_path,
+                                  deploy_model=access.model))
 queue = WorkQueue("tils", WorkQueueArgs(name="tils-lab-slides", expected_processing_s=300, kms_key_id=key.key_arn,
                                         alarm_emails=cfg.require_object("alarmEmails")))
 pool = GpuNodePool("tils", GpuNodePoolArgs(nodeclass_name=node_class, nodepool_name="tils-lab", gpu_limit=4,

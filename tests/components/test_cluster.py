@@ -7,7 +7,8 @@ import pulumi
 import pytest
 
 from components.catalogue import KUBERNETES_VERSION
-from components.cluster import Cluster, ClusterArgs
+from components.cluster import VPC_CNI_CONFIGURATION, Cluster, ClusterArgs
+from components.karpenter import NODE_MANAGED_POLICIES
 from components.spec.validation import ConfigError
 from components.synth.mocks import RealisticMocks, run_under_mocks
 
@@ -199,9 +200,30 @@ def test_a_bad_support_type_is_refused_naming_the_field():
     assert e.value.field == "cluster.support_type" and "STANDARD, EXTENDED" in str(e.value)
 
 
-def test_vpc_cni_enforces_network_policies(default_vpc):
-    # pulumi-eks writes this into the vpc-cni Addon's configurationValues ({"enableNetworkPolicy": "true"}).
-    assert one(default_vpc, "eks:index:Cluster").properties["vpcCniOptions"] == {"enableNetworkPolicy": True}
+def test_vpc_cni_enforces_network_policies_in_strict_mode(default_vpc):
+    # pulumi-eks writes these into the vpc-cni Addon's configurationValues ({"enableNetworkPolicy": "true", "env":
+    # {..., "NETWORK_POLICY_ENFORCING_MODE": "strict"}}).
+    assert one(default_vpc, "eks:index:Cluster").properties["vpcCniOptions"] == {
+        "enableNetworkPolicy": True, "configurationValues": {"env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}}
+    assert VPC_CNI_CONFIGURATION == {"env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}
+
+
+def test_kube_system_pods_are_not_cut_off_by_strict_mode_and_coredns_waits_for_it(default_vpc):
+    (policy,) = default_vpc.monitor.by_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    assert policy.properties["metadata"] == {"name": "gpuburst-allow-all", "namespace": "kube-system"}
+    assert policy.properties["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}],
+                                         "egress": [{}]}
+    assert one(default_vpc, "eks:index:Cluster").urn in policy.dependencies
+    addons = {r.properties["addonName"]: r for r in default_vpc.monitor.by_type("aws:eks/addon:Addon")}
+    assert policy.urn in addons["coredns"].dependencies
+
+
+def test_the_system_node_role_keeps_ssm(default_vpc):
+    # Decision (issue 27): only the GPU node role (karpenter.py, `gpuburst:gpuNodeSsm`) loses SSM by default; the
+    # system nodes hold no slides and Session Manager stays the way to debug them.
+    attached = {r.properties["policyArn"].rsplit("/", 1)[1]
+                for r in default_vpc.monitor.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
+    assert attached == set(NODE_MANAGED_POLICIES) and "AmazonSSMManagedInstanceCore" in attached
 
 
 def test_subnets_whose_tags_the_network_owns_are_not_tagged_twice():

@@ -4,7 +4,13 @@ from __future__ import annotations
 import pytest
 
 from components.catalogue import CHARTS
-from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, device_plugin_values
+from components.device_plugin import (
+    DEVICE_PLUGIN_POD_SECURITY_LABELS,
+    NvidiaDevicePlugin,
+    NvidiaDevicePluginArgs,
+    device_plugin_image_tag,
+    device_plugin_values,
+)
 from components.spec.validation import ConfigError
 from components.synth.mocks import run_under_mocks
 
@@ -72,7 +78,31 @@ def test_bad_cdi_feature_flag_is_refused_in_one_line():
     assert e.value.field == "nvidia_device_plugin.cdi_feature_flags" and "\n" not in str(e.value)
 
 
-def test_the_image_can_come_from_the_stacks_mirror_at_the_charts_own_tag():
+DIGEST = "sha256:a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312"
+
+
+def test_the_image_is_pinned_by_digest_from_nvcr_or_the_stacks_mirror():
     mirror = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-dev/mirror/nvidia/k8s-device-plugin"
-    assert device_plugin_values(image_repository=mirror)["image"] == {"repository": mirror, "tag": "v0.20.0"}
-    assert "image" not in device_plugin_values()  # default: the chart's own nvcr.io image
+    assert device_plugin_values(image_repository=mirror)["image"] == {"repository": mirror,
+                                                                      "tag": f"v0.20.0@{DIGEST}"}
+    # Default: the chart's own repository (nvcr.io), by digest all the same.
+    assert device_plugin_values()["image"] == {"tag": f"v0.20.0@{DIGEST}"}
+    assert device_plugin_image_tag() == f"v0.20.0@{DIGEST}"
+    # A version the catalogue has no digest for stays by tag (the pack's image-pinned-by-digest names it); with a
+    # mirror the pinned version is pulled, the only one the mirror holds.
+    assert device_plugin_image_tag("0.20.1") == "v0.20.1"
+    assert device_plugin_values(version="0.20.1")["image"] == {"tag": "v0.20.1"}
+    assert device_plugin_values(version="0.20.1", image_repository=mirror)["image"]["tag"] == f"v0.20.0@{DIGEST}"
+
+
+def test_the_namespace_states_its_pod_security_level_and_the_pods_are_not_cut_off():
+    res = run_under_mocks(lambda: NvidiaDevicePlugin("nvdp"))
+    [ns] = res.monitor.by_type("kubernetes:core/v1:Namespace")
+    assert ns.properties["metadata"]["labels"] == DEVICE_PLUGIN_POD_SECURITY_LABELS == {
+        "pod-security.kubernetes.io/enforce": "privileged", "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/audit": "restricted", "pod-security.kubernetes.io/warn": "restricted"}
+    [policy] = res.monitor.by_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    [chart] = res.monitor.by_type("kubernetes:helm.sh/v4:Chart")
+    assert policy.properties["metadata"] == {"name": "gpuburst-allow-all", "namespace": PIN.namespace}
+    assert policy.properties["spec"]["podSelector"] == {} and policy.properties["spec"]["egress"] == [{}]
+    assert policy.urn in chart.dependencies and ns.urn in policy.dependencies

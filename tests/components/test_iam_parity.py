@@ -10,6 +10,7 @@ from components.karpenter import (
     INTERRUPTION_TARGET_ID,
     NODE_MANAGED_POLICIES,
     controller_policy,
+    gpu_node_managed_policies,
     interruption_event_patterns,
     interruption_queue_policy,
     karpenter_values,
@@ -172,9 +173,24 @@ def test_zonal_shift_stays_off_while_its_permission_is_left_out():
 # Node role.
 # --------------------------------------------------------------------------------------------------------------------
 
+LEFT_OUT_NODE_POLICIES = {
+    "AmazonSSMManagedInstanceCore":
+        "SSM Session Manager (a root shell) on the GPU nodes, which hold clinical slides while they run; opt-in with "
+        "gpuburst:gpuNodeSsm (KarpenterArgs.node_ssm). The system node group, which holds no slides, keeps it",
+}
+"""Upstream node-role policies the GPU node role does not get by default, with the reason."""
+
+
 def test_node_role_has_upstreams_managed_policies_and_trust(upstream):
     props = upstream["KarpenterNodeRole"]["Properties"]
-    assert {f"arn:{PARTITION}:iam::aws:policy/{p}" for p in NODE_MANAGED_POLICIES} == set(props["ManagedPolicyArns"])
+    upstream_arns = set(props["ManagedPolicyArns"])
+    assert {f"arn:{PARTITION}:iam::aws:policy/{p}" for p in NODE_MANAGED_POLICIES} == upstream_arns
+    # The stated difference: by default the GPU node role is upstream's less LEFT_OUT_NODE_POLICIES, and with
+    # node_ssm exactly upstream's.
+    assert {f"arn:{PARTITION}:iam::aws:policy/{p}" for p in gpu_node_managed_policies()} == upstream_arns - {
+        f"arn:{PARTITION}:iam::aws:policy/{p}" for p in LEFT_OUT_NODE_POLICIES}
+    assert {f"arn:{PARTITION}:iam::aws:policy/{p}" for p in gpu_node_managed_policies(ssm=True)} == upstream_arns
+    assert all(len(why) > 20 for why in LEFT_OUT_NODE_POLICIES.values())
     up_trust = props["AssumeRolePolicyDocument"]["Statement"]
     mine = node_trust_policy()["Statement"]
     assert [(s["Effect"], _as_set(s["Principal"]["Service"]), _as_set(s["Action"])) for s in mine] == \

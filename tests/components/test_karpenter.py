@@ -11,9 +11,11 @@ from components.cluster import Cluster, ClusterArgs
 from components.device_plugin import NvidiaDevicePlugin
 from components.karpenter import (
     INTERRUPTION_TARGET_ID,
+    NODE_MANAGED_POLICIES,
     Karpenter,
     KarpenterArgs,
     controller_policy,
+    gpu_node_managed_policies,
     interruption_event_patterns,
     interruption_queue_policy,
     karpenter_values,
@@ -217,11 +219,21 @@ def test_node_role_policies_and_access_entry(karpenter):
     assert trust["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
     attached = {r.properties["policyArn"] for r in karpenter.monitor.by_type(
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment") if node.urn in r.dependencies}
+    # No AmazonSSMManagedInstanceCore by default: no Session Manager shell on nodes that hold slides.
     assert attached == {f"arn:aws:iam::aws:policy/{p}" for p in (
-        "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly",
-        "AmazonSSMManagedInstanceCore")}
+        "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly")}
     [entry] = karpenter.monitor.by_type("aws:eks/accessEntry:AccessEntry")
     assert entry.properties == {"clusterName": CLUSTER, "principalArn": NODE_ROLE_ARN, "type": "EC2_LINUX"}
+
+
+def test_ssm_on_the_gpu_node_role_is_opt_in():
+    res = run_under_mocks(lambda: Karpenter("karpenter", KarpenterArgs(cluster_name=CLUSTER, node_ssm=True)))
+    attached = {r.properties["policyArn"].rsplit("/", 1)[1]
+                for r in res.monitor.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
+    assert "AmazonSSMManagedInstanceCore" in attached and attached == set(gpu_node_managed_policies(True))
+    assert gpu_node_managed_policies() == ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
+                                           "AmazonEC2ContainerRegistryPullOnly")
+    assert gpu_node_managed_policies(True) == NODE_MANAGED_POLICIES
 
 
 def test_controller_identity_is_pod_identity_with_the_policy(karpenter):

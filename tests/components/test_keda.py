@@ -9,13 +9,17 @@ import pulumi
 import pytest
 
 from components import catalogue
+from components.catalogue.network import KEDA_IMAGES
 from components.keda import (
+    KEDA_POD_SECURITY_LABELS,
     OPERATOR_SERVICE_ACCOUNT,
     Keda,
     KedaArgs,
     KedaScalerAuth,
     KedaScalerAuthArgs,
     TriggerAuthSpec,
+    keda_chart_values,
+    keda_image_values,
     operator_assume_policy,
     trigger_authentication_manifest,
 )
@@ -154,7 +158,59 @@ def test_namespace_validates_strictly(res):
     ns = by_name(res, "kubernetes:core/v1:Namespace", "keda-namespace")
     obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": ns.properties["metadata"]}
     kubernetes_validate.validate(obj, catalogue.KUBERNETES_VERSION, strict=True)
-    assert ns.properties["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert ns.properties["metadata"]["labels"] == KEDA_POD_SECURITY_LABELS
+    assert KEDA_POD_SECURITY_LABELS["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_keda_pods_are_not_cut_off_by_the_strict_vpc_cni(res):
+    (policy,) = res.monitor.by_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    (chart,) = res.monitor.by_type("kubernetes:helm.sh/v4:Chart")
+    ns = by_name(res, "kubernetes:core/v1:Namespace", "keda-namespace")
+    assert policy.properties["metadata"] == {"name": "gpuburst-allow-all", "namespace": "keda"}
+    assert policy.properties["spec"]["podSelector"] == {} and policy.properties["spec"]["ingress"] == [{}]
+    assert policy.urn in chart.dependencies and ns.urn in policy.dependencies
+
+
+KEDA_DIGESTS = {"keda": "sha256:fe74c7b8849586a67ad2201bcb89e7f5ac221ff90399ecaa8fd28427f1ef11e6",
+                "metricsApiServer": "sha256:27286536a8a775aeeee37a7e343f8ecebb27ebf680ee1181a4f99e82eefb253b",
+                "webhooks": "sha256:41f74102aba7959c6e8d08b433ab8a5fd6cae7c5646c78f7fe3de40a52df3439"}
+MIRROR = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/gpuburst-prod/mirror/"
+
+
+def test_images_are_pinned_by_digest_from_ghcr_or_the_mirror():
+    assert keda_image_values() == {k: {"tag": f"2.20.2@{d}"} for k, d in KEDA_DIGESTS.items()}
+    mirrors = {source: MIRROR + source.removeprefix("ghcr.io/") for source in KEDA_IMAGES.values()}
+    assert keda_image_values(repositories={**mirrors, "nvcr.io/nvidia/k8s-device-plugin": "ignored"}) == {
+        k: {"tag": f"2.20.2@{KEDA_DIGESTS[k]}", "registry": "", "repository": MIRROR + s.removeprefix("ghcr.io/")}
+        for k, s in KEDA_IMAGES.items()}
+    # A version without recorded digests keeps the chart's default (by tag, which the pack names); the mirror,
+    # which holds only the pinned version, is not used for it.
+    assert keda_image_values("2.21.0", mirrors) == {}
+    assert "image" not in keda_chart_values({}, [], version="2.21.0")
+    assert keda_chart_values({}, [])["image"] == keda_image_values()
+
+
+def test_the_platform_mirror_reaches_the_chart():
+    mirrors = {source: MIRROR + source.removeprefix("ghcr.io/") for source in KEDA_IMAGES.values()}
+    (chart,) = run(image_repositories=mirrors).monitor.by_type("kubernetes:helm.sh/v4:Chart")
+    assert chart.properties["values"]["image"]["keda"] == {
+        "registry": "", "repository": MIRROR + "kedacore/keda", "tag": f"2.20.2@{KEDA_DIGESTS['keda']}"}
+
+
+def test_rendered_pods_pull_by_digest_and_pass_the_restricted_pod_security_standard():
+    from policies.namespaces import pod_security_problems
+
+    mirrors = {source: MIRROR + source.removeprefix("ghcr.io/") for source in KEDA_IMAGES.values()}
+    objects = _render({"image": keda_image_values(repositories=mirrors)})
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    assert len(deployments) == 3
+    for d in deployments:
+        pod = d["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["image"].startswith(MIRROR + "kedacore/keda") and "@sha256:" in container["image"], d
+        assert pod_security_problems(pod, "restricted") == [], d["metadata"]["name"]
+    images = {c["image"] for d in deployments for c in d["spec"]["template"]["spec"]["containers"]}
+    assert images == {f"{MIRROR}{s.removeprefix('ghcr.io/')}:2.20.2@{KEDA_DIGESTS[k]}" for k, s in KEDA_IMAGES.items()}
 
 
 def test_role_arn_output_is_passed_through():
@@ -208,7 +264,6 @@ def test_the_chart_values_keys_exist_at_the_pinned_version():
 
 
 def _render(values: dict) -> list[dict]:
-    from components.keda import keda_chart_values
     from components.synth.charts import SHARED_CHARTS, render_objects
     archive = SHARED_CHARTS / f"keda-{catalogue.CHARTS['keda'].version}.tgz"
     if not archive.is_file():
@@ -242,7 +297,6 @@ def _allows(rules: list[dict], group: str, resource: str, verb: str) -> bool:
 
 
 def test_rendered_rbac_lets_the_operator_scale_jobs_in_the_workload_namespace_only():
-    from components.keda import keda_chart_values
     objects = _render({"watchNamespace": keda_chart_values({}, [], watch_namespaces=["gpuburst"])["watchNamespace"]})
     here = _grants(objects, "gpuburst")
     for group, resource, verbs in (("batch", "jobs", ("create", "delete", "get", "list", "watch")),

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from components.catalogue.network import GPU_NODE_MIRRORS, PULL_THROUGH_UPSTREAMS, VPC_ENDPOINTS
+from components.catalogue.network import MIRRORED_IMAGES, PULL_THROUGH_UPSTREAMS, VPC_ENDPOINTS
 from components.network import (
     GPU_NODES_TAG,
     GPU_SUBNETS_TAG,
@@ -18,6 +18,8 @@ from components.network import (
     endpoint_policy,
     gpu_node_security_rules,
     mirror_copy_commands,
+    mirror_image,
+    open_network_policy,
     private_cidr_problem,
     subnet_plan,
 )
@@ -96,13 +98,40 @@ def test_gpu_nodes_send_only_https_and_dns_into_the_vpc():
     assert "cidr_blocks" not in kubelet
 
 
-def test_the_mirror_copy_commands_keep_tag_and_digest():
+def test_the_mirror_copy_commands_copy_each_image_by_its_digest_to_its_tag():
     urls = {m.source: f"{FAKE_ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/gpuburst-dev/mirror/{m.repository}"
-            for m in GPU_NODE_MIRRORS}
-    plugin, pause = mirror_copy_commands(urls)
-    assert plugin == ("crane copy nvcr.io/nvidia/k8s-device-plugin:v0.20.0 "
+            for m in MIRRORED_IMAGES}
+    commands = mirror_copy_commands(urls)
+    assert len(commands) == len(MIRRORED_IMAGES) == 5
+    plugin = commands[0]
+    assert plugin == ("crane copy nvcr.io/nvidia/k8s-device-plugin@sha256:"
+                      "a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312 "
                       f"{urls['nvcr.io/nvidia/k8s-device-plugin']}:v0.20.0")
-    assert pause.startswith("crane copy registry.k8s.io/pause:3.10@sha256:")
+    for image, command in zip(MIRRORED_IMAGES, commands, strict=True):
+        assert command == f"crane copy {image.source}@{image.digest} {urls[image.source]}:{image.tag}"
+    assert any(c.startswith("crane copy ghcr.io/kedacore/keda@sha256:") for c in commands)
+
+
+def test_an_image_without_a_digest_would_be_copied_by_tag(monkeypatch):
+    import components.network as network
+    from components.catalogue.network import MirroredImage
+
+    monkeypatch.setattr(network, "MIRRORED_IMAGES", (MirroredImage("quay.io/x/y", "1.0", None, "x/y", "test"),))
+    assert network.mirror_copy_commands({"quay.io/x/y": "R"}) == ["crane copy quay.io/x/y:1.0 R:1.0"]
+
+
+def test_the_mirror_repository_of_each_image_is_a_plain_string():
+    assert mirror_image("ghcr.io/kedacore/keda", account_id=FAKE_ACCOUNT, region="eu-west-1", name="gpuburst-prod") \
+        == f"{FAKE_ACCOUNT}.dkr.ecr.eu-west-1.amazonaws.com/gpuburst-prod/mirror/kedacore/keda"
+    with pytest.raises(ConfigError, match="mirror_image source"):
+        mirror_image("docker.io/library/busybox", account_id=FAKE_ACCOUNT, region="eu-west-1", name="x")
+
+
+def test_the_open_policy_selects_every_pod_of_its_namespace_and_allows_all():
+    policy = open_network_policy("keda")
+    assert policy["metadata"] == {"name": "gpuburst-allow-all", "namespace": "keda"}
+    assert policy["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}],
+                              "egress": [{}]}
 
 
 def test_the_catalogue_lists_every_endpoint_an_isolated_node_needs_once():
@@ -184,10 +213,12 @@ def test_endpoint_policies_are_the_catalogues_scopes(net):
 
 def test_the_mirror_repositories_are_immutable_and_scanned(net):
     repos = {r.properties["name"]: r.properties for r in of(net, "aws:ecr/repository:Repository")}
-    assert set(repos) == {"gpuburst-dev/mirror/nvidia/k8s-device-plugin", "gpuburst-dev/mirror/kubernetes/pause"}
+    assert set(repos) == {"gpuburst-dev/mirror/nvidia/k8s-device-plugin", "gpuburst-dev/mirror/kubernetes/pause",
+                          "gpuburst-dev/mirror/kedacore/keda", "gpuburst-dev/mirror/kedacore/keda-metrics-apiserver",
+                          "gpuburst-dev/mirror/kedacore/keda-admission-webhooks"}
     assert all(p["imageTagMutability"] == "IMMUTABLE" and p["imageScanningConfiguration"] == {"scanOnPush": True}
                for p in repos.values())
-    assert set(net.component.mirror_repository_urls) == {m.source for m in GPU_NODE_MIRRORS}
+    assert set(net.component.mirror_repository_urls) == {m.source for m in MIRRORED_IMAGES}
 
 
 def test_the_cluster_goes_into_the_system_subnets_whose_tags_the_network_owns(net):

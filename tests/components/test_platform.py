@@ -17,6 +17,7 @@ from components.spec.validation import ConfigError
 from components.synth.mocks import run_under_mocks
 
 ROOT = Path(__file__).resolve().parents[2]
+DEVICE_PLUGIN_DIGEST = "sha256:a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312"
 
 
 def _config():
@@ -90,7 +91,8 @@ def test_by_default_the_platform_creates_the_network_and_puts_the_cluster_in_its
     (cluster,) = own.monitor.by_type("eks:index:Cluster")
     assert cluster.properties["vpcId"] == "p-network-vpc-id"  # the mocked id of the network's Vpc
     assert cluster.properties["privateSubnetIds"] == [f"p-network-system-{i}-id" for i in range(3)]
-    assert cluster.properties["vpcCniOptions"] == {"enableNetworkPolicy": True}
+    assert cluster.properties["vpcCniOptions"] == {
+        "enableNetworkPolicy": True, "configurationValues": {"env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}}
     # The system subnets carry their own tags: the cluster adds none to them (it tags its security group only).
     assert [t.properties["resourceId"] for t in own.monitor.by_type("aws:ec2/tag:Tag")] == ["sg-0a1b2c3d4e5f60001"]
 
@@ -142,9 +144,31 @@ def test_gpu_nodes_of_the_platforms_network_run_mirrored_images_only(own):
     assert repository.split("/", 1)[1] in mirrors
 
 
-def test_an_existing_network_keeps_the_charts_images(attached):
+def test_an_existing_network_keeps_the_charts_repositories_by_digest(attached):
     (chart,) = [r for r in attached.monitor.by_type("kubernetes:helm.sh/v4:Chart") if "nvidia" in r.name]
-    assert "image" not in chart.properties["values"]
+    assert chart.properties["values"]["image"] == {"tag": "v0.20.0@" + DEVICE_PLUGIN_DIGEST}
+    (keda,) = [r for r in attached.monitor.by_type("kubernetes:helm.sh/v4:Chart") if r.name == "p-keda"]
+    assert {k: set(v) for k, v in keda.properties["values"]["image"].items()} == {
+        "keda": {"tag"}, "metricsApiServer": {"tag"}, "webhooks": {"tag"}}  # ghcr.io, by digest
+
+
+def test_keda_runs_its_mirrored_images_by_digest(own):
+    (keda,) = [r for r in own.monitor.by_type("kubernetes:helm.sh/v4:Chart") if r.name == "p-keda"]
+    images = keda.properties["values"]["image"]
+    mirrors = {r.properties.get("name") for r in own.monitor.by_type("aws:ecr/repository:Repository")}
+    for key in ("keda", "metricsApiServer", "webhooks"):
+        assert images[key]["registry"] == "" and images[key]["tag"].startswith("2.20.2@sha256:")
+        assert images[key]["repository"].split("/", 1)[1] in mirrors, images[key]
+
+
+def test_the_gpu_node_role_gets_ssm_only_when_the_stack_asks():
+    def ssm(res):
+        return [r for r in res.monitor.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+                if r.properties["policyArn"].endswith("/AmazonSSMManagedInstanceCore") and "karpenter" in r.name]
+    raw = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text(encoding="utf-8"))["config"]
+    assert ssm(run_under_mocks(lambda: GpuBurstPlatform("p", parse_config(raw, stack="dev")))) == []
+    on = parse_config({**raw, "gpuburst:gpuNodeSsm": True}, stack="dev")
+    assert len(ssm(run_under_mocks(lambda: GpuBurstPlatform("p", on)))) == 1
 
 
 # -- what the workers run: a lab's model, its batch, its precision, and the worker image ------------------------------

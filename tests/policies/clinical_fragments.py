@@ -51,13 +51,21 @@ def worker_job(ns: str = "gpu") -> dict:
     return F.entry(F.T_SCALEDJOB, "slides", F.scaled_job(ns=ns))
 
 
+STRICT_ENV = {"env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}
+"""The VPC CNI configuration values that put its network policy agent in strict mode."""
+
+
 def eks_cluster(**vpc_cni) -> dict:
-    """The platform's eks:index:Cluster, its VPC CNI enforcing NetworkPolicies unless told otherwise."""
-    options = vpc_cni if vpc_cni else {"enableNetworkPolicy": True}
+    """The platform's eks:index:Cluster, its VPC CNI enforcing NetworkPolicies in strict mode unless told otherwise."""
+    options = vpc_cni if vpc_cni else {"enableNetworkPolicy": True, "configurationValues": STRICT_ENV}
     return F.entry(T_EKS, "gpuburst-cluster-eks", {"name": CLUSTER, "version": "1.35", "vpcCniOptions": options})
 
 
-def vpc_cni_addon(values: object = '{"enableNetworkPolicy": "true"}', name: str = "vpc-cni") -> dict:
+STRICT_ADDON = '{"enableNetworkPolicy": "true", "env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}'
+"""A vpc-cni add-on's configurationValues enforcing NetworkPolicies in strict mode."""
+
+
+def vpc_cni_addon(values: object = STRICT_ADDON, name: str = "vpc-cni") -> dict:
     props = {"addonName": "vpc-cni", "clusterName": CLUSTER}
     if values is not None:
         props["configurationValues"] = values

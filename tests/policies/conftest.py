@@ -185,9 +185,10 @@ def chart(name: str, version: str | None = None) -> dict:
 
 def cluster(version: str | None = None) -> dict:
     """An eks:index:Cluster at the catalogue's Kubernetes pin unless `version` is given (its VPC CNI enforcing
-    NetworkPolicies)."""
+    NetworkPolicies, in strict mode)."""
     return {"name": "gpuburst-dev", "version": version if version is not None else catalogue.KUBERNETES_VERSION,
-            "vpcCniOptions": {"enableNetworkPolicy": True}}
+            "vpcCniOptions": {"enableNetworkPolicy": True,
+                              "configurationValues": {"env": {"NETWORK_POLICY_ENFORCING_MODE": "strict"}}}}
 
 
 KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000"
@@ -266,16 +267,17 @@ def wired_resources() -> list[tuple]:
                 "spec": {"template": {"spec": spec}}}
 
     system = {"gpuburst.io/pool": "system"}
+    karpenter_image = "public.ecr.aws/karpenter/controller:1@sha256:" + "a" * 64
     karpenter_pod = {"serviceAccountName": "karpenter", "nodeSelector": dict(system), "containers": [
-        {"name": "controller", "image": "public.ecr.aws/karpenter/controller:1"}], "affinity": {"nodeAffinity": {
+        {"name": "controller", "image": karpenter_image}], "affinity": {"nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]}]}}}}
     keda_pod = {"serviceAccountName": "keda-operator", "nodeSelector": dict(system),
-                "containers": [{"name": "keda-operator", "image": "ghcr.io/kedacore/keda:2"}]}
+                "containers": [{"name": "keda-operator", "image": "ghcr.io/kedacore/keda:2@sha256:" + "b" * 64}]}
     plugin_pod = {"nodeSelector": {"nvidia.com/gpu.present": "true"},
                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                   "containers": [{"name": "nvidia-device-plugin-ctr", "command": ["nvidia-device-plugin"],
-                                  "image": "nvcr.io/nvidia/k8s-device-plugin:v0"}]}
+                                  "image": "nvcr.io/nvidia/k8s-device-plugin:v0@sha256:" + "c" * 64}]}
     trust = ('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "%s"}, '
              '"Action": ["sts:AssumeRole", "sts:TagSession"]}]}' % OPERATOR_ROLE_ARN)
     crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

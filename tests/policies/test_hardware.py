@@ -66,9 +66,47 @@ def test_an_old_driver_is_refused():
         in message
 
 
-def test_a_pinned_alias_has_no_recorded_driver():
-    (_u, message), = rule.hardware_findings(world(alias="al2023@v20250101"), FACTS, TORCH, "580")
-    assert "'al2023@v20250101'" in message and "does not record" in message
+def test_a_pinned_alias_without_a_recorded_driver_is_unchecked_naming_the_fact_that_would_check_it():
+    (found,) = rule.hardware_findings(world(alias="al2023@v20250101"), FACTS, TORCH, "580", drivers={})
+    assert isinstance(found, rule.Unchecked) and found.urn.endswith("NodePool::gpu-pool")
+    assert "'al2023@v20250101'" in found.message and "does not record" in found.message
+    assert "AL2023_NVIDIA_DRIVERS_BY_RELEASE (components/catalogue/instances.py)" in found.message
+    assert "'v20250101': '<branch>'" in found.message and "driver >= 580" in found.message
+    # The mandatory rule does not report it; the advisory does, once.
+    resources = world(alias="al2023@v20250101")
+    assert [f for f in rule.hardware_findings(resources, FACTS, TORCH, "580", drivers={})
+            if not isinstance(f, rule.Unchecked)] == []
+
+
+def test_a_pinned_release_with_a_recorded_driver_is_judged_and_a_known_bad_one_stays_a_violation():
+    assert rule.hardware_findings(world(alias="al2023@v20250101"), FACTS, TORCH, "580",
+                                  drivers={"v20250101": "580"}) == []
+    (found,) = rule.hardware_findings(world(alias="al2023@v20250101"), FACTS, TORCH, "580",
+                                      drivers={"v20250101": "570"})
+    assert isinstance(found, tuple), found  # a violation, not an Unchecked
+    assert "needs NVIDIA driver >= 580 but EC2NodeClass 'gpu' (al2023@v20250101) of NodePool 'gpu' boots driver 570" \
+        in found[1]
+    # The latest alias keeps its own driver, whatever the table says.
+    (found,) = rule.hardware_findings(world(), FACTS, TORCH, "570", drivers={"v20250101": "580"})
+    assert isinstance(found, tuple) and "boots driver 570" in found[1]
+
+
+def test_the_catalogue_release_table_is_well_formed():
+    table = catalogue.AL2023_NVIDIA_DRIVERS_BY_RELEASE
+    assert isinstance(table, dict)
+    assert all(re.fullmatch(r"v\d{8}", k) and re.fullmatch(r"\d{3}", v) for k, v in table.items()), table
+
+
+@pytest.mark.parametrize("alias,mandatory,advisory", [("al2023@latest", 0, 0), ("al2023@v20200101", 0, 1)])
+def test_a_pinned_release_is_advisory_over_grpc(analyze, alias, mandatory, advisory):
+    doc = {"stack": "dev", "resources": [{"type": r.type, "name": r.name, "urn": r.urn, "properties": r.props}
+                                         for r in world(("g5.2xlarge", "g6.2xlarge"), alias=alias)]}
+    report = analyze(doc)
+    assert len(report.by_policy(rule.NAME)) == mandatory
+    found = report.by_policy(rule.DRIVER_UNCHECKED_NAME)
+    assert len(found) == advisory and all(d.level == "ADVISORY" for d in found)
+    if advisory:
+        assert "AL2023_NVIDIA_DRIVERS_BY_RELEASE" in found[0].message
 
 
 def test_a_type_without_facts_is_refused_naming_the_catalogue_reason():
@@ -143,8 +181,9 @@ def test_in_a_partial_plan_another_stacks_node_class_is_judged_by_its_alias_or_s
     (_u, message), = rule.hardware_findings(resources, FACTS, TORCH, "570", scope=partial("al2023@latest"))
     assert "but EC2NodeClass 'gpu' (ExistingCluster 'c' nodeClasses['gpu'].amiAlias) (al2023@latest) of NodePool " \
            "'gpu' boots driver 570" in message
-    (_u, message), = rule.hardware_findings(resources, FACTS, TORCH, "580", scope=partial("al2023@v20250101"))
-    assert "'al2023@v20250101'" in message and "does not record" in message
+    (found,) = rule.hardware_findings(resources, FACTS, TORCH, "580", scope=partial("al2023@v20250101"), drivers={})
+    assert isinstance(found, rule.Unchecked) and "'al2023@v20250101'" in found.message
+    assert "does not record" in found.message
 
 
 # -- a lab's own image: its declared CUDA, or an advisory that it could not be checked --------------------------------

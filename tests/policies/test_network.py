@@ -3,6 +3,7 @@ reach the internet, and the VPC CNI enforces it; partial plans leave the other s
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -201,10 +202,43 @@ def enforced(*cluster: dict, config: dict | None = None) -> tuple[list[str], lis
 
 def test_either_form_of_enforcement_passes():
     assert enforced(C.eks_cluster()) == ([], [])
-    assert enforced(C.eks_cluster(enableNetworkPolicy="true")) == ([], [])
+    assert enforced(C.eks_cluster(enableNetworkPolicy="true", configurationValues=C.STRICT_ENV)) == ([], [])
+    # configurationValues as pulumi-eks also accepts them: a JSON string
+    assert enforced(C.eks_cluster(enableNetworkPolicy=True, configurationValues=json.dumps(C.STRICT_ENV))) == ([], [])
     assert enforced(C.eks_cluster(), C.vpc_cni_addon()) == ([], [])
     assert enforced(F.entry(C.T_AWS_EKS, "eks", {"name": C.CLUSTER}), C.vpc_cni_addon()) == ([], [])
-    assert enforced(C.vpc_cni_addon({"enableNetworkPolicy": "true"})) == ([], [])  # an add-on alone
+    assert enforced(C.vpc_cni_addon({"enableNetworkPolicy": "true", **C.STRICT_ENV})) == ([], [])  # an add-on alone
+
+
+STANDARD = "in standard mode a new pod starts with a default allow until its policies are programmed"
+
+
+@pytest.mark.parametrize("cluster,start", [
+    ((C.eks_cluster(enableNetworkPolicy=True),),
+     "Cluster gpuburst-cluster-eks vpcCniOptions.configurationValues.env.NETWORK_POLICY_ENFORCING_MODE is not set "
+     "(the default is 'standard')"),
+    ((C.eks_cluster(enableNetworkPolicy=True, configurationValues={"env": {"NETWORK_POLICY_ENFORCING_MODE":
+                                                                           "standard"}}),),
+     "Cluster gpuburst-cluster-eks vpcCniOptions.configurationValues.env.NETWORK_POLICY_ENFORCING_MODE = 'standard'"),
+    ((C.eks_cluster(), C.vpc_cni_addon('{"enableNetworkPolicy": "true"}')),
+     "Addon vpc-cni configurationValues env.NETWORK_POLICY_ENFORCING_MODE is not set (the default is 'standard')"),
+    ((C.eks_cluster(), C.vpc_cni_addon('{"enableNetworkPolicy": "true", "env": {"NETWORK_POLICY_ENFORCING_MODE": '
+                                       '"Strict"}}')),
+     "Addon vpc-cni configurationValues env.NETWORK_POLICY_ENFORCING_MODE = 'Strict'"),
+], ids=["cluster-mode-unset", "cluster-standard", "addon-mode-unset", "addon-not-exactly-strict"])
+def test_enforcement_in_standard_mode_is_mandatory(cluster, start):
+    (message,) = enforced(*cluster)[0]
+    assert message.startswith(start), message
+    assert STANDARD in message and "strict" in message.rsplit(";", 1)[1]
+
+
+def test_an_unknown_enforcing_mode_is_mandatory_naming_the_field():
+    (message,) = enforced(C.eks_cluster(enableNetworkPolicy=True, configurationValues=U))[0]
+    assert message.startswith("Cluster gpuburst-cluster-eks vpcCniOptions.configurationValues is unknown during "
+                              "preview"), message
+    (message,) = enforced(C.eks_cluster(enableNetworkPolicy=True,
+                                        configurationValues={"env": {"NETWORK_POLICY_ENFORCING_MODE": U}}))[0]
+    assert "NETWORK_POLICY_ENFORCING_MODE is unknown during preview" in message, message
 
 
 @pytest.mark.parametrize("cluster,start", [

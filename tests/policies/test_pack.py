@@ -15,13 +15,16 @@ from policies import (
     gpu_nodepool,
     hardware,
     harness,
+    images,
     keda_provider,
     keys,
+    namespaces,
     network,
     nodepool_diversity,
     pack,
     plan_complete,
     queues,
+    rehearsal,
     schedulability,
     trust,
     versions,
@@ -34,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_rule_module_is_in_the_pack_with_unique_names():
     assert set(pack.RULE_MODULES) == {nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues,
-                                      workloads, wiring, schedulability, hardware, network, trust, buckets, keys,
-                                      plan_complete, boundary}
+                                      workloads, wiring, schedulability, hardware, network, namespaces, images,
+                                      trust, buckets, keys, plan_complete, rehearsal, boundary}
     policies = pack.all_policies()
     names = [p.name for p in policies]
     assert len(names) == len(set(names)) == sum(len(m.POLICIES) for m in pack.RULE_MODULES)
@@ -47,7 +50,7 @@ def test_every_rule_module_is_in_the_pack_with_unique_names():
 def test_only_the_identity_owner_support_window_session_tags_boundary_and_unchecked_image_rules_are_advisory():
     advisory = {p.name for p in pack.all_policies() if p.enforcement_level == EnforcementLevel.ADVISORY}
     assert advisory == {keda_provider.IDENTITY_OWNER_NAME, versions.SUPPORT_WINDOW_NAME, trust.SESSION_TAGS_NAME,
-                        boundary.NAME, hardware.UNCHECKED_NAME}
+                        boundary.NAME, hardware.UNCHECKED_NAME, hardware.DRIVER_UNCHECKED_NAME, rehearsal.UNJUDGED}
 
 
 def test_importing_the_package_builds_no_pack():

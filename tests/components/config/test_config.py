@@ -416,3 +416,42 @@ def test_verify_image_is_optional_and_pinned_by_digest():
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-verify@sha256:" + "f" * 64
     assert parse_config({**MINIMAL, "gpuburst:verifyImage": image}).verify_image == image
     assert "gpuburst:verifyImage" not in stack_file("prod"), "no invented image reference in the prod stack"
+
+
+# --- gpuNodeSsm: SSM on the GPU node role is opt-in (issue 27) -------------------------------------------------------
+
+def test_gpu_node_ssm_is_off_unless_the_stack_turns_it_on():
+    assert parse_config(MINIMAL).gpu_node_ssm is False
+    assert parse_config(with_(gpuNodeSsm=True)).gpu_node_ssm is True
+
+
+@pytest.mark.parametrize("value", ["true", 1, None])
+def test_a_bad_gpu_node_ssm_names_key_and_value(value):
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_(gpuNodeSsm=value))
+    text = one_line(e.value)
+    assert text.startswith("gpuburst:gpuNodeSsm:") and repr(value) in text and "\n" not in str(e.value)
+
+
+def test_a_private_endpoint_without_a_runner_is_refused_before_anything_exists():
+    cidr_only = {"deployerRoleArns": [DEPLOYER], "deployCidrs": ["198.51.100.0/24"]}
+    with pytest.raises(ConfigError, match=r"gpuburst:endpointPublicAccess: False is not valid: true \(with "
+                                          r"publicAccessCidrs covering deploy.deployCidrs\), or a deploy.runner"):
+        parse_config({**MINIMAL, "gpuburst:deploy": json.dumps(cidr_only)})
+
+
+def test_the_public_endpoint_must_admit_every_deploy_cidr_when_there_is_no_runner():
+    cidr_only = {"deployerRoleArns": [DEPLOYER], "deployCidrs": ["198.51.100.0/24", "192.0.2.0/24"]}
+    raw = {**MINIMAL, "gpuburst:deploy": json.dumps(cidr_only), "gpuburst:endpointPublicAccess": "true",
+           "gpuburst:publicAccessCidrs": json.dumps(["198.51.100.0/23"])}
+    with pytest.raises(ConfigError, match=r"gpuburst:publicAccessCidrs: \['198.51.100.0/23'\] is not valid: a list "
+                                          r"covering deploy CIDR 192.0.2.0/24"):
+        parse_config(raw)
+    ok = {**raw, "gpuburst:publicAccessCidrs": json.dumps(["198.51.100.0/23", "192.0.2.0/24"])}
+    assert parse_config(ok).deploy.deploy_cidrs == ("198.51.100.0/24", "192.0.2.0/24")
+
+
+def test_a_bad_deploy_field_is_one_line_naming_it():
+    bad = {**DEPLOY, "slideUploaders": [{"roleArn": "arn:aws:iam::123456789012:role/scanner", "cidrs": ["0.0.0.0/0"]}]}
+    with pytest.raises(ConfigError, match=r"^gpuburst:deploy.slideUploaders\[0\].cidrs: '0.0.0.0/0' is not valid"):
+        parse_config({**MINIMAL, "gpuburst:deploy": json.dumps(bad)})

@@ -420,9 +420,14 @@ def test_the_stack_says_how_to_fill_the_mirror_the_gpu_nodes_pull_from(dev):
     commands = dev["plan"]["outputs"]["mirrorCopyCommands"]
     (chart,) = [r for r in of_type(dev["plan"], "kubernetes:helm.sh/v4:Chart") if "nvidia" in r["name"]]
     image = chart["properties"]["values"]["image"]
-    assert f"crane copy nvcr.io/nvidia/k8s-device-plugin:{image['tag']} {image['repository']}:{image['tag']}" \
-        in commands
-    assert any(c.startswith("crane copy registry.k8s.io/pause:") for c in commands)
+    tag, digest = image["tag"].split("@")  # the chart's tag value carries the digest the pods pull
+    assert f"crane copy nvcr.io/nvidia/k8s-device-plugin@{digest} {image['repository']}:{tag}" in commands
+    assert any(c.startswith("crane copy registry.k8s.io/pause@sha256:") for c in commands)
+    (keda,) = [r for r in of_type(dev["plan"], "kubernetes:helm.sh/v4:Chart") if r["name"] == "gpuburst-keda"]
+    for value in keda["properties"]["values"]["image"].values():
+        tag, digest = value["tag"].split("@")
+        source = "ghcr.io/" + value["repository"].split("/mirror/", 1)[1]
+        assert f"crane copy {source}@{digest} {value['repository']}:{tag}" in commands
 
 
 def test_the_dev_plan_holds_the_verify_runner_with_its_table_and_hook_job(dev):
