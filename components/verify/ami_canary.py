@@ -9,9 +9,11 @@ from .. import catalogue
 from ..spec.names import INSTANCE_TYPE_LABEL
 from .context import Context
 from .hardware import GPU_MANUFACTURER_LABEL, admission_problems, ami_kind, expected_family, requirement_problem
-from .model import FAIL, PASS, CheckResult
+from .model import FAIL, PASS, CheckResult, headline
 
 NAME = "ami-canary"
+OBSERVED_AMIS = "ami-canary.observed"
+"""Context.state key: (EC2NodeClass name, observed_images(...)) as ami-canary read them."""
 GPU_COUNT_LABEL = "karpenter.k8s.aws/instance-gpu-count"
 _FAMILY = re.compile(r"^(?P<category>[a-z]+)(?P<generation>\d+)")
 
@@ -107,34 +109,59 @@ def judge_ami_canary(nodepool_name: str, nodepool: dict | None, nodeclass_name: 
             by_ami.setdefault(a.get("id", "?"), []).append(t.name)
             names[a.get("id", "?")] = (images.get(a.get("id")) or {}).get("Name") or a.get("name") or ""
     selections = [Selection(i, names[i], tuple(ts)) for i, ts in by_ami.items()]
-    wrong = []
+    wrong: list[Selection] = []
     for sel in selections:
         kind = ami_kind({"Name": sel.name})
-        shown = _types(sel.types)
-        line = f"{shown} -> {sel.ami_id} {sel.name!r} ({kind.family}/{kind.variant})"
+        line = f"{_types(sel.types)} -> {sel.ami_id} {sel.name!r} ({kind.family}/{kind.variant})"
         if kind.variant != "nvidia" or kind.family != family:
-            wrong.append(f"{sel.ami_id} {sel.name!r} (variant {kind.variant}, family {kind.family}) for {shown}")
+            wrong.append(sel)
             evidence.append(line + f" — an NVIDIA GPU instance needs the {family} nvidia variant")
         else:
             evidence.append(line + " — NVIDIA variant, as needed")
     problems = []
     if wrong:
-        problems.append(f"EC2NodeClass {nodeclass_name} status.amis gives NodePool {nodepool_name}'s GPU instance "
-                        f"types the wrong image: {' | '.join(wrong)}; GPU nodes would boot without a usable "
-                        "nvidia.com/gpu (the Karpenter 1.0.0-1.0.2 AMI swap, or an amiSelectorTerms matching the "
-                        "wrong image)")
+        first = wrong[0]
+        kind = ami_kind({"Name": first.name})
+        n_wrong = len({t for sel in wrong for t in sel.types})
+        more = f" (+{len(wrong) - 1} more image(s))" if len(wrong) > 1 else ""
+        problems.append(f"{n_wrong} of NodePool {nodepool_name}'s {len(types)} GPU type(s) get the {kind.family} "
+                        f"{kind.variant} image, not {family} nvidia: {first.ami_id} {first.name!r}{more} "
+                        f"(EC2NodeClass {nodeclass_name} status.amis)")
+        evidence.insert(0, "wrong image for " + " | ".join(
+            f"{_types(sel.types, 12)}: {sel.ami_id} {sel.name!r}" for sel in wrong) + "; GPU nodes would boot "
+            "without a usable nvidia.com/gpu (the Karpenter 1.0.0-1.0.2 AMI swap, or an amiSelectorTerms matching "
+            "the wrong image)")
     if unresolved:
-        problems.append(f"EC2NodeClass {nodeclass_name} status.amis has no image for {_types(tuple(unresolved))}")
+        problems.append(f"{len(unresolved)} of NodePool {nodepool_name}'s {len(types)} GPU type(s) have no image in "
+                        f"EC2NodeClass {nodeclass_name} status.amis: {_types(tuple(unresolved))}")
+        evidence.insert(0, f"EC2NodeClass {nodeclass_name} status.amis has no image for "
+                           f"{_types(tuple(unresolved), 50)}")
     if problems:
-        return CheckResult(NAME, FAIL, problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-                           problems[1:] + evidence)
+        return CheckResult(NAME, FAIL, headline(problems), problems[1:] + evidence)
     images_shown = ", ".join(f"{s.ami_id} {s.name!r}" for s in selections)
     return CheckResult(NAME, PASS, f"EC2NodeClass {nodeclass_name} resolves {len(types)} GPU instance type(s) of "
                                    f"NodePool {nodepool_name} to the {family} NVIDIA AMI: {images_shown}", evidence)
 
 
-def _types(types: tuple[str, ...]) -> str:
-    return ", ".join(types[:4]) + (f" (+{len(types) - 4} more)" if len(types) > 4 else "")
+def observed_images(nodeclass: dict | None, nodepool: dict | None, images: dict[str, dict]) -> list[str]:
+    """What status.amis gives the NodePool's GPU instance types, live, one phrase per image: `ami-… 'NAME'
+    (al2023/standard) for g5.xlarge, …` (EC2's name when read). Empty when nothing is resolved."""
+    amis = list(((nodeclass or {}).get("status") or {}).get("amis") or [])
+    by_ami: dict[str, list[str]] = {}
+    names: dict[str, str] = {}
+    for t in gpu_instance_types(nodepool):
+        for a in selected_amis(amis, instance_labels(t)):
+            by_ami.setdefault(a.get("id", "?"), []).append(t.name)
+            names[a.get("id", "?")] = (images.get(a.get("id")) or {}).get("Name") or a.get("name") or ""
+    out = []
+    for ami_id, types in by_ami.items():
+        kind = ami_kind({"Name": names[ami_id]})
+        out.append(f"{ami_id} {names[ami_id]!r} ({kind.family}/{kind.variant}) for {_types(tuple(types))}")
+    return out
+
+
+def _types(types: tuple[str, ...], shown: int = 4) -> str:
+    return ", ".join(types[:shown]) + (f" (+{len(types) - shown} more)" if len(types) > shown else "")
 
 
 def run(ctx: Context) -> CheckResult:
@@ -159,4 +186,10 @@ def run(ctx: Context) -> CheckResult:
         except BotoCoreError as e:  # no region configured: the client cannot even be built
             error = (f"ec2:DescribeImages on {','.join(ids)}: {type(e).__name__} ({' '.join(str(e).split())}): "
                      "judged from the names in status.amis alone")
-    return judge_ami_canary(s.nodepool, nodepool, ref.get("name"), nodeclass, images, lookup_error=error)
+    result = judge_ami_canary(s.nodepool, nodepool, ref.get("name"), nodeclass, images, lookup_error=error)
+    # What the GPU types resolve to, live: the versions check states it instead of a release's general claim.
+    ctx.state[OBSERVED_AMIS] = (ref.get("name"), observed_images(nodeclass, nodepool, images))
+    if result.status == FAIL:
+        # The cause is known: no GPU node of the pool can work, so the checks that wait for one skip.
+        ctx.block_gpu_nodes(NAME, result.summary)
+    return result

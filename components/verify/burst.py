@@ -24,7 +24,7 @@ from .burst_probes import (
     probe_tiff,
 )
 from .burst_timeline import measured_timeline
-from .context import Context
+from .context import Context, blocked_result
 from .model import ERROR, FAIL, PASS, CheckResult, VerifySettings
 
 if TYPE_CHECKING:
@@ -86,6 +86,9 @@ def run(ctx: Context) -> CheckResult:
     from .keda_probe import owned_jobs, queue_is_idle, sqs_triggers
 
     s = ctx.settings
+    if ctx.gpu_nodes_blocked():
+        return blocked_result(NAME, ctx.gpu_nodes_blocked(), "the burst would send real work that no GPU node of "
+                                                             "the pool can run")
     if not (s.stack or s.stack_file):
         return _fail("no stack config for the prediction and the budget: pass --stack NAME (Pulumi.NAME.yaml in "
                      "--pulumi-dir) or --stack-file PATH")

@@ -6,7 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import Clock, RealClock, VerifySettings
+from .model import SKIPPED, SUMMARY_MAX_CHARS, CheckResult, Clock, RealClock, VerifySettings
+
+GPU_NODES_BLOCKED = "gpu-nodes-blocked"
+"""Context.state key of Context.block_gpu_nodes's list."""
 
 
 @dataclass
@@ -25,6 +28,16 @@ class Context:
     """Notes from one check to a later one (e.g. which node ran the gpu-job)."""
     _aws: dict[str | None, Any] = field(default_factory=dict)
 
+    def block_gpu_nodes(self, check: str, reason: str) -> None:
+        """Record that no GPU node of the pool can work, and why (a failed ami-canary, a refused Karpenter release):
+        the checks that would wait for one (gpu-job, burst) then skip with this reason instead of waiting out their
+        timeout. Checks run in table order, so only a check listed before them can block them."""
+        self.state.setdefault(GPU_NODES_BLOCKED, []).append((check, reason))
+
+    def gpu_nodes_blocked(self) -> list[tuple[str, str]]:
+        """(check, reason) for each earlier check that showed no GPU node of the pool can work; empty when none."""
+        return list(self.state.get(GPU_NODES_BLOCKED) or [])
+
     def aws(self, region: str | None = None) -> Any:
         """The caller's Aws for `region` (the settings' region, else the SDK's, when None)."""
         region = region or self.settings.region
@@ -36,6 +49,17 @@ class Context:
 
                 self._aws[region] = Aws(region)
         return self._aws[region]
+
+
+def blocked_result(name: str, blocked: list[tuple[str, str]], why_not: str) -> CheckResult:
+    """`skipped` with the cause an earlier check established (Context.block_gpu_nodes): that check and its reason
+    first, then why waiting would be pointless; nothing was created."""
+    check, reason = blocked[0]
+    head = f"not run: {check} failed: "
+    room = SUMMARY_MAX_CHARS - len(head)
+    short = reason if len(reason) <= room else reason[:room - 1].rstrip() + "…"
+    evidence = [f"{c} failed: {r}" for c, r in blocked] + [f"{why_not}: nothing created, nothing waited for"]
+    return CheckResult(name, SKIPPED, head + short, evidence)
 
 
 def one_line(exc: BaseException) -> str:

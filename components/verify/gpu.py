@@ -139,7 +139,8 @@ def judge_gpu_allocatable(nodepool_name: str, nodepool: dict | None, nodes: list
     pending = [v for v in verdicts if v.state == "pending"]
     if bad:
         green = nodepool is not None and (condition(nodepool, "Ready") or {}).get("status") == "True"
-        names = "; ".join(v.short for v in bad)
+        # The first node names the case; every node is in the evidence (the summary stays one short line).
+        names = bad[0].short + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")
         partly = any(" GPUs allocatable" in v.short for v in bad)
         summary = (f"{GPU_RESOURCE} not {'all ' if partly else ''}allocatable on {len(bad)} of {len(verdicts)} "
                    f"node(s) of NodePool {nodepool_name}: {names}")

@@ -20,7 +20,7 @@ from ..spec.names import (
     NODEPOOL_LABEL,
     WORKER_UID,
 )
-from .context import Context
+from .context import Context, blocked_result
 from .gpu import allocatable_gpus
 from .model import FAIL, PASS, CheckResult, age_s, condition, fmt_age, name_of
 
@@ -153,8 +153,7 @@ def model_problem(gpus: list[dict[str, str]], itype: str | None) -> str | None:
     for g in gpus:
         tokens = re.split(r"[^a-z0-9]+", g["name"].lower())
         if facts.gpu_name not in tokens:
-            return (f"nvidia-smi reports {g['name']!r} but the catalogue says a {itype} has {facts.gpu_name} GPUs: "
-                    "the node is not the instance type it claims, or the catalogue is wrong")
+            return f"nvidia-smi reports {g['name']!r} but the catalogue says a {itype} has {facts.gpu_name} GPUs"
     return None
 
 
@@ -185,9 +184,8 @@ def target_without_gpu(pods: list[dict], events: list[dict], nodes: list[dict], 
         ready = (condition(node, "Ready") or {}).get("status") == "True"
         if ready and age is not None and age >= grace_s and allocatable_gpus(node) == 0:
             itype = ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL, "unknown type")
-            return (f"its target node {t} ({itype}, up {fmt_age(age)}) is Ready but reports 0 {GPU_RESOURCE} "
-                    f"allocatable after the {int(grace_s)} s grace period: the pod can never schedule there "
-                    "(see gpu-allocatable and hardware-ami)")
+            return (f"its target node {t} ({itype}, up {fmt_age(age)}) is Ready with 0 {GPU_RESOURCE} "
+                    f"allocatable past the {int(grace_s)} s grace period")
     return None
 
 
@@ -210,7 +208,9 @@ def judge_gpu_job(job: dict | None, pods: list[dict], log: str, events: list[dic
         evidence.append("log: " + " | ".join(log.strip().splitlines()[-5:])[:400])
     problem = model_problem(gpus, itype) if finished == "Complete" and gpus else None
     if problem:
-        return CheckResult(NAME, FAIL, f"Job {name} ran nvidia-smi{where}, wrong GPU: {problem}", evidence)
+        return CheckResult(NAME, FAIL, f"wrong GPU: {problem} (Job {name}{where})",
+                           [f"{problem}: the node is not the instance type it claims, or the catalogue is wrong"]
+                           + evidence)
     if finished == "Complete" and gpus:
         models = ", ".join(f"{g['name']} ({g['memory']}, driver {g['driver']})" for g in gpus)
         return CheckResult(NAME, PASS, f"Job {name} ran nvidia-smi in {int(waited_s)} s{where}: {models}",
@@ -225,7 +225,9 @@ def judge_gpu_job(job: dict | None, pods: list[dict], log: str, events: list[dic
     if job is None:
         return CheckResult(NAME, FAIL, f"Job {name} disappeared before it finished", evidence)
     if no_gpu:
-        return CheckResult(NAME, FAIL, f"Job {name} gave up after {int(waited_s)} s: {no_gpu}", evidence)
+        return CheckResult(NAME, FAIL, f"Job {name} gave up after {int(waited_s)} s: {no_gpu}",
+                           evidence + [f"{no_gpu}: the pod can never schedule there (see gpu-allocatable and "
+                                       "hardware-ami)"])
     stuck = next((pod_problem(p) for p in pods if pod_problem(p)), None)
     if stuck:
         return CheckResult(NAME, FAIL, f"Job {name}: the pod cannot start: {stuck}", evidence)
@@ -237,6 +239,10 @@ def judge_gpu_job(job: dict | None, pods: list[dict], log: str, events: list[dic
 def run(ctx: Context) -> CheckResult:
     """Create the probe Job, wait for it (up to its deadline plus 30 s), judge, and delete it on every path."""
     s = ctx.settings
+    blocked = ctx.gpu_nodes_blocked()
+    if blocked:
+        return blocked_result(NAME, blocked, f"the Job would wait out --timeout-s ({int(s.timeout_s)} s + 30 s) for a "
+                                             f"GPU node of NodePool {s.nodepool} that cannot work")
     if not s.worker_image:
         return CheckResult(NAME, FAIL, "no worker image to run nvidia-smi in: pass --image or use --stack "
                                        "(output imageRef), or --skip gpu-job", [])

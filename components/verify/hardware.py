@@ -126,6 +126,13 @@ def admission_problems(nodepool: dict | None, labels: dict[str, str]) -> list[st
     return [p for p in (requirement_problem(r, labels) for r in reqs) if p]
 
 
+def _broken_keys(nodepool: dict | None, labels: dict[str, str]) -> list[str]:
+    """`key='value'` (or `key absent`) of each NodePool requirement the node's labels break, for the summary."""
+    reqs = ((((nodepool or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("requirements") or []
+    return [f"{r.get('key')}={labels[r.get('key')]!r}" if r.get("key") in labels else f"{r.get('key')} absent"
+            for r in reqs if requirement_problem(r, labels)]
+
+
 def instance_store_problem(nodeclass: dict | None, node: dict) -> tuple[str | None, str | None]:
     """(problem, evidence) of a node whose EC2NodeClass asks for `instanceStorePolicy: RAID0`: its ephemeral-storage
     capacity (what kubelet's filesystem really is) must be the local NVMe, not the root volume. (None, None) when the
@@ -146,9 +153,9 @@ def instance_store_problem(nodeclass: dict | None, node: dict) -> tuple[str | No
         return "no ephemeral-storage capacity in node status (kubelet's filesystem unknown)", None
     have, want = capacity / 2 ** 30, nvme_gb * 1e9 / 2 ** 30
     if capacity < RAID0_MIN_FRACTION * nvme_gb * 1e9:
-        return (f"the EC2NodeClass asks for instanceStorePolicy RAID0 but ephemeral-storage capacity is {have:.0f} "
-                f"GiB, not the {nvme_gb:.0f} GB ({want:.0f} GiB) of NVMe: kubelet and containerd are on the root "
-                "volume, so images unpack at EBS speed"), None
+        return (f"instanceStorePolicy RAID0 asked, but ephemeral-storage is {have:.0f} GiB, not the {nvme_gb:.0f} "
+                f"GB ({want:.0f} GiB) NVMe: kubelet and containerd are on the root volume, so images unpack at EBS "
+                "speed"), None
     return None, f"ephemeral storage {have:.0f} GiB on the NVMe RAID0 ({nvme_gb:.0f} GB)"
 
 
@@ -173,10 +180,16 @@ def judge_hardware(nodepool_name: str, nodepool: dict | None, nodeclass: dict | 
         name, labels = name_of(node), labels_of(node)
         itype = labels.get(INSTANCE_TYPE_LABEL, "unknown instance type")
         problems = admission_problems(nodepool, labels) if nodepool is not None else ["NodePool not found"]
+        # The summary's words for this node, the decisive ones first (the full problems are in the evidence).
+        short: list[str] = []
+        if problems:
+            short.append(f"not admitted by NodePool {nodepool_name} ({', '.join(_broken_keys(nodepool, labels))})"
+                         if nodepool is not None else f"NodePool {nodepool_name} not found")
         want = expected_variant(labels)
         if want != "nvidia":
             problems.append(f"instance type {itype} has no NVIDIA GPU ({GPU_MANUFACTURER_LABEL} is "
                             f"{labels.get(GPU_MANUFACTURER_LABEL)!r})")
+            short.insert(0, "no NVIDIA GPU")
         # The AMI must suit the instance it runs on (an Inferentia node on the Neuron AMI is consistent, just in
         # the wrong pool, which the line above reports).
         want = want or "nvidia"
@@ -185,24 +198,34 @@ def judge_hardware(nodepool_name: str, nodepool: dict | None, nodeclass: dict | 
         image = images.get(ami_id) if ami_id else None
         if iid is None:
             problems.append(f"providerID {(node.get('spec') or {}).get('providerID')!r} names no EC2 instance")
+            short.append(problems[-1])
             ami_text = "AMI unknown"
         elif ami_id is None:
             problems.append(f"instance {iid} not found by ec2:DescribeInstances")
+            short.append(problems[-1])
             ami_text = "AMI unknown"
         elif image is None:
             problems.append(f"image {ami_id} not found by ec2:DescribeImages (deregistered or not shared)")
+            short.append(f"image {ami_id} not found by ec2:DescribeImages")
             ami_text = f"AMI {ami_id}"
         else:
             kind = ami_kind(image)
             ami_text = f"AMI {ami_id} {image.get('Name')!r} ({kind.family}/{kind.variant}, {kind.detail})"
+            wrong = []
             if kind.family != family:
                 problems.append(f"AMI family {kind.family}, the EC2NodeClass selects {family}")
+                wrong.append(f"family {kind.family}, not {family}")
             if kind.variant != want:
                 problems.append(f"AMI variant {kind.variant}, an {labels.get(GPU_MANUFACTURER_LABEL, want)} GPU "
                                 f"instance needs the {want} variant")
+                wrong.append(f"variant {kind.variant}, not {want}")
+            if wrong:
+                short.insert(1 if short and short[0] == "no NVIDIA GPU" else 0,
+                             f"AMI {ami_id} {image.get('Name')!r}: {', '.join(wrong)}")
         store_problem, store_evidence = instance_store_problem(nodeclass, node)
         if store_problem:
             problems.append(store_problem)
+            short.append(store_problem.split(":", 1)[0])
         if ami_id in resolved:
             reqs = ", ".join(f"{r.get('key')} {r.get('operator')} {r.get('values') or ''}".strip()
                              for r in resolved[ami_id].get("requirements") or [])
@@ -210,14 +233,14 @@ def judge_hardware(nodepool_name: str, nodepool: dict | None, nodeclass: dict | 
         line = f"node {name} ({itype}, instance {iid or '?'}): {ami_text}" + (
             f"; {store_evidence}" if store_evidence else "")
         if problems:
-            failures.append(f"{name} ({itype}, {ami_id or 'AMI unknown'}"
-                            f"{', ' + repr(image.get('Name')) if image else ''}): {'; '.join(problems)}")
+            failures.append(f"{name} ({itype}): {'; '.join(short)}")
             evidence.append(line + " — " + "; ".join(problems))
         else:
             evidence.append(line + " — admitted by the NodePool, expected AMI")
     if failures:
-        return CheckResult(NAME, FAIL, f"{len(failures)} of {len(mine)} node(s) of NodePool {nodepool_name} on the "
-                                       f"wrong hardware or AMI: " + " | ".join(failures), evidence)
+        more = f" (+{len(failures) - 1} more node(s))" if len(failures) > 1 else ""
+        return CheckResult(NAME, FAIL, f"{len(failures)} of {len(mine)} node(s) of NodePool {nodepool_name} wrong: "
+                                       f"{failures[0]}{more}", evidence)
     return CheckResult(NAME, PASS, f"all {len(mine)} node(s) of NodePool {nodepool_name} are admitted instance "
                                    f"types on the {family} NVIDIA AMI", evidence)
 

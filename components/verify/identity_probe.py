@@ -24,7 +24,7 @@ from ..spec.names import WORKER_LABEL, WORKER_UID
 from .context import Context, one_line
 from .gpujob import job_finished, pod_problem
 from .iam import probe_key
-from .model import ERROR, FAIL, PASS, CheckResult, CouldNotRun, name_of
+from .model import ERROR, FAIL, PASS, CheckResult, CouldNotRun, headline, name_of
 
 NAME = "workload-identity"
 MANAGED_BY = "gpuburst-verify"
@@ -235,7 +235,9 @@ def judge_probe(t: Target, job_name_: str, calls: list[dict], identity: str | No
                         + ("ok" if c.get("ok") else f"{c.get('code')} {c.get('message', '')}".rstrip()))
     failed = [c for c in calls if not c.get("ok") and c.get("call") in REQUIRED_CALLS + ("import boto3",)]
     if failed and failed[0].get("call") == "import boto3":
-        return Outcome(ERROR, f"{t.who}: the probe could not run: the image {t.image} has no boto3", evidence)
+        return Outcome(ERROR, f"{t.who}: the probe could not run: its image has no boto3",
+                       evidence + [f"{t.who}: image {t.image} has no boto3 (import boto3: "
+                                   f"{failed[0].get('code')})"])
     if failed:
         c = failed[0]
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
@@ -244,10 +246,12 @@ def judge_probe(t: Target, job_name_: str, calls: list[dict], identity: str | No
     missing = [c for c in REQUIRED_CALLS if c not in seen]
     if missing or not done:
         tail = " | ".join((log or "").strip().splitlines()[-3:])[:300]
-        what = ", ".join(missing) or "its end"
-        return Outcome(ERROR, f"{t.who}: the probe could not run: Job {job_name_} "
-                              f"{(finished or 'unfinished').lower()} without reporting {what}"
-                       + (f" (log: {tail})" if tail else " (no log)"), evidence)
+        what = ("any required call" if len(missing) == len(REQUIRED_CALLS) else ", ".join(missing)) or "its end"
+        # The summary keeps the start of the log's tail; the Job's name and the whole tail are in the evidence.
+        evidence.append(f"{t.who}: probe Job {t.namespace}/{job_name_} {(finished or 'unfinished').lower()} without "
+                        f"reporting {what}" + (f"; log: {tail}" if tail else "; no log"))
+        return Outcome(ERROR, f"{t.who}: the probe could not run: it {(finished or 'unfinished').lower()} without "
+                              f"reporting {what}" + (f" (log: {tail[:60]})" if tail else " (no log)"), evidence)
     not_ok = [c for c in calls if not c.get("ok")]
     note = f"; not allowed (reported only): {', '.join(str(c.get('call')) for c in not_ok)}" if not_ok else ""
     return Outcome(PASS, f"{t.who}: {len(REQUIRED_CALLS)} required call(s) ok as {identity or '?'}{note}", evidence)
@@ -335,11 +339,15 @@ def judge(outcomes: list[Outcome], n_targets: int) -> CheckResult:
     for status in (FAIL, ERROR):
         bad = [o.line for o in outcomes if o.status == status]
         if bad:
-            more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
             others = [o.line for o in outcomes if o.status != status and o.status != PASS]
-            return CheckResult(NAME, status, bad[0] + more, bad + others + evidence)
+            return CheckResult(NAME, status, headline(bad, "failing workloads" if status == FAIL else
+                                                      "workloads not probed"), bad + others + evidence)
+    reported = [o for o in outcomes if "not allowed (reported only)" in o.line]
     return CheckResult(NAME, PASS, f"{len(outcomes)} workload(s) made their S3/SQS calls as their own "
-                                   "ServiceAccount's Pod Identity: " + "; ".join(o.line for o in outcomes), evidence)
+                                   "ServiceAccount's Pod Identity" +
+                       (f"; {len(reported)} with a call not allowed (reported only): "
+                        f"{reported[0].line.split('(reported only): ', 1)[1]}" if reported else ""),
+                       [o.line for o in outcomes] + evidence)
 
 
 def run(ctx: Context) -> CheckResult:

@@ -14,7 +14,7 @@ from .. import catalogue
 from .context import Context
 from .keda_identity import identity_owner_problems
 from .keda_probe import _probe, name_of_ns, sqs_triggers
-from .model import ERROR, FAIL, PASS, SKIPPED, CheckResult, condition, name_of, ns_name, parse_time
+from .model import ERROR, FAIL, PASS, SKIPPED, CheckResult, condition, headline, name_of, ns_name, parse_time
 
 NAME = "keda"
 
@@ -344,7 +344,7 @@ def run(ctx: Context) -> CheckResult:
             try:
                 ok, verdict, e = _probe(ctx, sj, t)
             except AwsError as err:  # verify's own SQS call refused or unanswered: the probe could not run
-                ok, verdict, e = False, f"ScaledJob {ns_name(sj)}: probe on {t['queue_url']} could not run: {err}", []
+                ok, verdict, e = False, f"ScaledJob {ns_name(sj)}: probe could not run: {err}", []
                 errors.append(verdict)
             evidence += e
             if ok is None:
@@ -360,14 +360,13 @@ def verdict_of(version: str | None, n_auth: int, n_sj: int, probed: int, problem
                unprobed: list[str], evidence: list[str]) -> CheckResult:
     """fail when a defect was found; else error when a probe could not run; else skipped when no ScaledJob could be
     probed for a stated reason (activation threshold, maxReplicaCount); else pass (naming any not probed)."""
-    def first(lines: list[str]) -> str:
-        return lines[0] + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else "")
     if problems:
-        return CheckResult(NAME, FAIL, first(problems), problems + errors + [e for e in evidence if e not in problems])
+        return CheckResult(NAME, FAIL, headline(problems), problems + errors + [e for e in evidence
+                                                                                 if e not in problems])
     if errors:
-        return CheckResult(NAME, ERROR, first(errors), errors + evidence)
+        return CheckResult(NAME, ERROR, headline(errors, "errors"), errors + evidence)
     if unprobed and not probed:
-        return CheckResult(NAME, SKIPPED, first(unprobed), evidence)
+        return CheckResult(NAME, SKIPPED, headline(unprobed, "ScaledJobs not probed"), evidence)
     tail = f"; {len(unprobed)} not probed ({unprobed[0]})" if unprobed else ""
     return CheckResult(NAME, PASS, f"KEDA {version or '?'}: {n_auth} TriggerAuthentication(s) valid, {n_sj} "
                                    f"ScaledJob(s) Ready and each probed one created a Job for a probe message{tail}",

@@ -1,5 +1,6 @@
-"""The keda check's probe: one marked test message on a ScaledJob's queue that must make it create a Job, and the
-cleanup that removes the probe and its Job on every path (see docs/verify.md, "The probe message")."""
+"""The keda check's probe: one marked test message on a ScaledJob's queue that must make it create a Job, sent and
+watched without ever receiving from the queue, so no real message is touched (see docs/verify.md, "The probe
+message")."""
 from __future__ import annotations
 
 import json
@@ -155,9 +156,10 @@ def judge_probe(sj: dict, queue_url: str, appeared: list[dict], waited_s: float,
 
 
 def _probe(ctx, sj: dict, trigger: dict) -> tuple[bool | None, str, list[str]]:
-    """Send one probe to the ScaledJob's queue, wait for its Job, and clean up; (ok, verdict line, evidence), ok None
-    when the probe was not sent because it could not work (see probe_blocked)."""
-    from .aws import AwsError, region_from_queue_url  # boto3 loads only when a check talks to AWS
+    """Send one probe to the ScaledJob's queue and wait for its Job; (ok, verdict line, evidence), ok None when the
+    probe was not sent because it could not work (see probe_blocked). Its only SQS calls are GetQueueAttributes and
+    SendMessage: nothing on the queue is ever received, deleted or hidden (see after_probe)."""
+    from .aws import region_from_queue_url  # boto3 loads only when a check talks to AWS
 
     s = ctx.settings
     url = trigger["queue_url"]
@@ -166,7 +168,7 @@ def _probe(ctx, sj: dict, trigger: dict) -> tuple[bool | None, str, list[str]]:
     probe_id = str(uuid.uuid4())
     attrs = aws.queue_attributes(url, ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
                                        "ApproximateNumberOfMessagesDelayed", "FifoQueue"])
-    idle_before = queue_is_idle(attrs)
+    idle_before = queue_is_idle(attrs)  # evidence only: verify receives from no queue, idle or busy
     fifo = attrs.get("FifoQueue") == "true" or url.endswith(".fifo")
     jobs_before = ctx.kube.list_jobs(name_of_ns(sj))
     blocked = probe_blocked(sj, trigger, attrs, jobs_before)
@@ -175,28 +177,22 @@ def _probe(ctx, sj: dict, trigger: dict) -> tuple[bool | None, str, list[str]]:
     before = {(j.get("metadata") or {}).get("uid") for j in owned_jobs(jobs_before, sj)}
     window = polling_interval_s(sj) + s.probe_extra_s
     sent_at = ctx.clock.now()
-    appeared: list[dict] = []
-    # The send is inside the try: an interrupt right after it, or a send that timed out after SQS took the message,
-    # still gets the cleanup.
-    try:
-        aws.send_message(url, probe_body(probe_id), {PROBE_ATTRIBUTE: probe_id},
-                         group_id=f"gpuburst-verify-{probe_id}" if fifo else None,
-                         dedup_id=probe_id if fifo else None)
-        evidence.append(f"probe {probe_id} sent to {url} (queue {'idle' if idle_before else 'busy: ' + str(attrs)})")
-        start = ctx.clock.monotonic()
-        while True:
-            appeared = new_jobs(before, ctx.kube.list_jobs(name_of_ns(sj)), sj, sent_at)
-            waited = ctx.clock.monotonic() - start
-            if appeared or waited >= window:
-                break
-            ctx.clock.sleep(min(s.poll_interval_s, max(0.0, window - waited)))
-        ok, verdict = judge_probe(sj, url, appeared, waited, window)
-        evidence.append(verdict)
-    finally:
-        try:
-            evidence += cleanup_probe(ctx, aws, url, probe_id, idle_before, sj, appeared)
-        except AwsError as e:
-            evidence.append(f"probe cleanup failed: {e}")
+    # Nothing to undo on any path (an interrupt, a send that timed out after SQS took the message): the probe is
+    # the worker's to acknowledge, and verify creates nothing else.
+    aws.send_message(url, probe_body(probe_id), {PROBE_ATTRIBUTE: probe_id},
+                     group_id=f"gpuburst-verify-{probe_id}" if fifo else None,
+                     dedup_id=probe_id if fifo else None)
+    evidence.append(f"probe {probe_id} sent to {url} (queue {'idle' if idle_before else 'busy: ' + str(attrs)})")
+    start = ctx.clock.monotonic()
+    while True:
+        appeared = new_jobs(before, ctx.kube.list_jobs(name_of_ns(sj)), sj, sent_at)
+        waited = ctx.clock.monotonic() - start
+        if appeared or waited >= window:
+            break
+        ctx.clock.sleep(min(s.poll_interval_s, max(0.0, window - waited)))
+    ok, verdict = judge_probe(sj, url, appeared, waited, window)
+    evidence.append(verdict)
+    evidence += after_probe(ctx, url, probe_id, sj, appeared)
     return ok, verdict, evidence
 
 
@@ -204,46 +200,26 @@ def name_of_ns(sj: dict) -> str:
     return (sj.get("metadata") or {}).get("namespace") or ""
 
 
-def cleanup_probe(ctx, aws, url: str, probe_id: str, idle_before: bool, sj: dict,
-                  appeared: list[dict]) -> list[str]:
-    """Remove the probe message and the Job it caused, without touching real work (see docs/verify.md).
+def after_probe(ctx, url: str, probe_id: str, sj: dict, appeared: list[dict]) -> list[str]:
+    """What becomes of the probe message and the Job it caused; verify removes neither (see docs/verify.md).
 
-    The message: received and deleted only when the queue was idle before the probe and now shows at most one
-    visible message; any other message received on the way is handed back at once (visibility 0). Otherwise it is
-    left for the worker, which acknowledges probes. The Job: deleted only when the queue was idle before the probe
-    (so the Job is the probe's), verify deleted the probe itself, and none of its pods has started a container.
-    """
-    notes: list[str] = []
-    probe_gone = False
-    attrs = aws.queue_attributes(url, ["ApproximateNumberOfMessages"])
-    if idle_before and int(attrs.get("ApproximateNumberOfMessages", "0") or 0) <= 1:
-        for _ in range(3):
-            msgs = aws.receive_messages(url, attribute_names=[PROBE_ATTRIBUTE], max_messages=10,
-                                        visibility_timeout_s=5, wait_s=1)
-            for m in msgs:
-                if is_probe(m, probe_id):
-                    aws.delete_message(url, m["ReceiptHandle"])
-                    probe_gone = True
-                else:
-                    aws.release_message(url, m["ReceiptHandle"])
-            if probe_gone or not msgs:
-                break
-        notes.append(f"probe {probe_id}: " + (
-            "deleted by receipt handle" if probe_gone else
-            "not in the queue any more (taken by the worker, which deletes probes)"))
-    else:
-        notes.append(f"probe {probe_id}: left for the worker to acknowledge (the queue holds other messages; "
-                     "verify receives nothing next to real work)")
+    The message: verify never calls ReceiveMessage, DeleteMessage or ChangeMessageVisibility on a work queue. SQS
+    cannot limit those calls to one message: a receive hands out whatever is visible (a real message then counts
+    one more ApproximateReceiveCount, toward the dead-letter queue, and stays hidden for the visibility timeout),
+    so the only way never to touch real work is never to receive. The worker acknowledges the probe (deletes it
+    unprocessed, by its attribute). The Job KEDA made for it: left to run, because its worker is what takes the
+    probe off the queue (deleted before it runs, KEDA would only make another for the probe still queued)."""
+    notes = [f"probe {probe_id}: left on {url} for the worker to acknowledge (verify never receives from a work "
+             "queue, so it cannot touch a real message)"]
     for job in appeared:
         ns, jname = name_of_ns(job) or name_of_ns(sj), name_of(job)
-        pods = ctx.kube.list_pods(ns, label_selector=f"job-name={jname}")
-        if idle_before and probe_gone and not job_started(pods):
-            ctx.kube.delete_job(ns, jname)
-            notes.append(f"Job {ns}/{jname}: deleted (it was the probe's and had not started)")
-        else:
-            notes.append(f"Job {ns}/{jname}: left to finish (it may be serving real work); the ScaledJob's "
-                         "history limits and TTL remove it")
+        notes.append(f"Job {ns}/{jname}: left to run (its worker acknowledges the probe); the ScaledJob's history "
+                     "limits and TTL remove it")
+        try:
+            pods = ctx.kube.list_pods(ns, label_selector=f"job-name={jname}")
             notes += acknowledged_by(ctx, ns, jname, pods, probe_id)
+        except Exception as e:  # noqa: BLE001 - evidence only: the verdict is already made
+            notes.append(f"Job {ns}/{jname}: its pods were not read ({type(e).__name__}: {e})")
     return notes
 
 

@@ -27,6 +27,13 @@ EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C, SIGTERM): what ran is reported, `run.interrupted` is true."""
 
 
+SUMMARY_MAX_CHARS = 200
+"""Longest summary line (characters): the person on call reads the count and the cause in one line; a check that
+writes more is cut by CheckResult (the full text becomes the first evidence line)."""
+SUMMARY_FULL_PREFIX = "summary in full: "
+"""How the evidence line holding a cut summary's full text begins."""
+
+
 class CouldNotRun(Exception):
     """A check's own call was refused or unanswered (kube.KubeError and aws.AwsError are ones): the check reports
     `error`, not `fail`, because it saw no defect."""
@@ -37,6 +44,14 @@ def exit_status(results: list[CheckResult]) -> int:
     else 1 when any failed, else 0."""
     statuses = {r.status for r in results}
     return EXIT_ERROR if ERROR in statuses else EXIT_FAIL if FAIL in statuses else EXIT_OK
+
+
+def headline(findings: list[str], plural: str = "problems") -> str:
+    """A summary of one or more findings: the count first when there are several (`3 problems, first: …`), then the
+    first finding (the others are in the evidence)."""
+    if len(findings) <= 1:
+        return findings[0] if findings else ""
+    return f"{len(findings)} {plural}, first: {findings[0]}"
 
 
 def apply_strict(result: CheckResult) -> CheckResult:
@@ -56,13 +71,33 @@ class CheckResult:
     status: str
     """One of `pass`, `fail`, `error`, `skipped`."""
     summary: str
-    """One line: the verdict in words (for a failure, which resource and why)."""
+    """One line of at most SUMMARY_MAX_CHARS: the verdict in words, the count and the cause first (for a failure,
+    which resource and why); lists belong in the evidence. A longer or multi-line text is cut here, centrally,
+    and kept whole as the first evidence line."""
     evidence: list[str] = field(default_factory=list)
     """What the check saw, one fact per line (resource name, the field it read, the value it found)."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"CheckResult.status: {self.status!r} is not one of {', '.join(STATUSES)}")
+        self.summary = self.summary  # evidence is set now: a long summary keeps its full text there
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Every assignment of the summary goes through here (the constructor's, and a check amending it later), so
+        # no path prints a summary over the limit. During __init__ the evidence does not exist yet: __post_init__
+        # assigns the summary again once it does.
+        if name == "summary" and "evidence" in self.__dict__:
+            value = self._fit(str(value))
+        object.__setattr__(self, name, value)
+
+    def _fit(self, text: str) -> str:
+        one = " ".join(text.split())
+        if len(one) <= SUMMARY_MAX_CHARS and one == text:
+            return text
+        full = f"{SUMMARY_FULL_PREFIX}{one}"
+        if len(one) > SUMMARY_MAX_CHARS and full not in self.evidence:
+            self.evidence.insert(0, full)
+        return one if len(one) <= SUMMARY_MAX_CHARS else one[:SUMMARY_MAX_CHARS - 1].rstrip() + "…"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (one entry of the `--json` document's `results`)."""

@@ -21,7 +21,7 @@ from fnmatch import fnmatchcase
 from .context import Context, one_line
 from .keda import OPERATOR_SELECTOR
 from .keda_probe import sqs_triggers
-from .model import ERROR, FAIL, PASS, SKIPPED, CheckResult, CouldNotRun, ns_name
+from .model import ERROR, FAIL, PASS, SKIPPED, CheckResult, CouldNotRun, headline, ns_name
 
 NAME = "scaler-iam"
 ACTION = "sqs:GetQueueAttributes"
@@ -79,6 +79,26 @@ def evaluate(docs: list[tuple[str, dict]], action: str, resource: str) -> tuple[
     return ("allowed", allows) if allows else ("implicit", [])
 
 
+def granted_resources(docs: list[tuple[str, dict]], action: str) -> list[str]:
+    """The resources the Allow statements of `docs` name for `action`, whatever the resource (`NotResource` shown as
+    `everything but …`): what the policy does grant, quoted when it does not grant the queue asked about (a stale
+    queue ARN is the usual drift)."""
+    out: list[str] = []
+    for _, doc in docs:
+        for st in _list((doc or {}).get("Statement")):
+            if not isinstance(st, dict) or st.get("Effect") != "Allow":
+                continue
+            actions = st.get("NotAction")
+            if (actions is not None and _match(_list(actions), action, case=False)) or \
+                    (actions is None and not _match(_list(st.get("Action")), action, case=False)):
+                continue
+            if "NotResource" in st:
+                out.append("everything but " + ", ".join(str(r) for r in _list(st["NotResource"])))
+            else:
+                out += [str(r) for r in _list(st.get("Resource"))]
+    return list(dict.fromkeys(out))
+
+
 def trusts(trust: dict, principal_arn: str) -> tuple[bool, str]:
     """Whether a role's trust policy lets `principal_arn` (a role) call sts:AssumeRole, and which statement says so
     (a Principal of the role's account root delegates to the principal's own policy: trusted, said so)."""
@@ -109,23 +129,28 @@ def role_name(arn: str) -> str | None:
     return m["name"] if m else None
 
 
-def judge_role(aws, role_arn: str, action: str, resource: str) -> tuple[str, list[str]]:
-    """`allowed`/`denied`/`implicit` for the role (identity policies, then its permissions boundary), evidence."""
+def judge_role(aws, role_arn: str, action: str, resource: str) -> tuple[str, list[str], list[str]]:
+    """`allowed`/`denied`/`implicit` for the role (identity policies, then its permissions boundary), evidence, and
+    the resources its policies grant the action on (granted_resources)."""
     name = role_name(role_arn)
     if name is None:
-        return "implicit", [f"{role_arn} is not an IAM role ARN"]
+        return "implicit", [f"{role_arn} is not an IAM role ARN"], []
     docs = aws.role_policy_documents(name)
     verdict, why = evaluate(docs, action, resource)
+    granted = granted_resources(docs, action)
     evidence = [f"role {role_arn}: {len(docs)} policy document(s); {action} on {resource}: {verdict}"
                 + (f" by {'; '.join(why)}" if why else "")]
+    if verdict != "allowed":
+        evidence.append(f"role {role_arn}: its policies grant {action} on "
+                        + (", ".join(granted) if granted else "no resource at all"))
     boundary = (aws.get_role(name).get("PermissionsBoundary") or {}).get("PermissionsBoundaryArn")
     if verdict == "allowed" and boundary:
         b_verdict, b_why = evaluate([(f"permissions boundary {boundary}", aws.managed_policy_document(boundary))],
                                     action, resource)
         evidence.append(f"role {role_arn}: permissions boundary {boundary}: {b_verdict}")
         if b_verdict != "allowed":
-            return f"{b_verdict} by its permissions boundary {boundary}", evidence
-    return verdict, evidence
+            return f"{b_verdict} by its permissions boundary {boundary}", evidence, granted
+    return verdict, evidence, granted
 
 
 def operator_role(ctx: Context) -> tuple[str | None, str]:
@@ -194,35 +219,46 @@ def run(ctx: Context) -> CheckResult:
     aws = ctx.aws() if pairs else None
     for (ta_key, role), queues in pairs.items():
         who = f"{ta_key} roleArn {role}"
+        short = role_name(role) or role
         try:
             for q in queues:
-                verdict, ev = judge_role(aws, role, ACTION, q)
+                verdict, ev, granted = judge_role(aws, role, ACTION, q)
                 evidence += ev
                 if verdict != "allowed":
-                    problems.append(f"{who} may not {ACTION} on {q} ({verdict}; used by {where[(ta_key, role)]})")
+                    # What the policy does grant comes first after the verdict: a stale queue ARN shows at once.
+                    shown = ", ".join(granted[:2]) + (f" (+{len(granted) - 2} more)" if len(granted) > 2 else "")
+                    problems.append(f"scaler role {short} may not {ACTION} on queue "
+                                    f"{q.rsplit(':', 1)[-1]} ({verdict}); its policies grant it on "
+                                    f"{shown or 'no resource'}")
+                    evidence.insert(0, f"{who} may not {ACTION} on {q} ({verdict}; used by "
+                                       f"{where[(ta_key, role)]}); granted on: {', '.join(granted) or 'nothing'}")
             if op_arn:
                 name = role_name(role)
                 trusted, why = trusts(aws.get_role(name).get("AssumeRolePolicyDocument") or {}, op_arn) if name \
                     else (False, "not a role ARN")
                 evidence.append(f"{who}: trust for the operator role {op_arn}: {'yes' if trusted else 'no'} ({why})")
                 if not trusted:
-                    problems.append(f"{who} does not trust the KEDA operator's role {op_arn}: {why}")
-                op_verdict, op_ev = judge_role(aws, op_arn, "sts:AssumeRole", role)
+                    problems.append(f"scaler role {short} does not trust the KEDA operator's role "
+                                    f"{role_name(op_arn) or op_arn}: {why}")
+                    evidence.insert(0, f"{who} does not trust the KEDA operator's role {op_arn}: {why}")
+                op_verdict, op_ev, _ = judge_role(aws, op_arn, "sts:AssumeRole", role)
                 evidence += op_ev
                 if op_verdict != "allowed":
-                    problems.append(f"{who}: the KEDA operator's role {op_arn} may not sts:AssumeRole it "
-                                    f"({op_verdict})")
+                    problems.append(f"the KEDA operator's role {role_name(op_arn) or op_arn} may not sts:AssumeRole "
+                                    f"scaler role {short} ({op_verdict})")
+                    evidence.insert(0, f"{who}: the KEDA operator's role {op_arn} may not sts:AssumeRole it "
+                                       f"({op_verdict})")
         except CouldNotRun as e:
-            errors.append(f"{who}: could not be read: {one_line(e)}")
+            errors.append(f"scaler role {short} could not be read: {one_line(e)}")
+            evidence.insert(0, f"{who}: could not be read: {one_line(e)}")
     if problems:
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        return CheckResult(NAME, FAIL, problems[0] + more, problems + errors + evidence)
+        return CheckResult(NAME, FAIL, headline(problems), problems + errors + evidence)
     if errors:
-        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        return CheckResult(NAME, ERROR, errors[0] + more, errors + evidence)
+        return CheckResult(NAME, ERROR, headline(errors, "errors"), errors + evidence)
     if not pairs:
         return CheckResult(NAME, SKIPPED, "no TriggerAuthentication with podIdentity.roleArn is used by a ScaledJob: "
                                        "nothing to judge", evidence)
-    tail = "" if op_arn else f"; trust not judged: {op_source}"
+    # The reason may quote an AWS error in full: the summary keeps its start, the evidence has it all.
+    tail = "" if op_arn else f"; trust not judged: {op_source if len(op_source) <= 110 else op_source[:109] + '…'}"
     return CheckResult(NAME, PASS, f"{len(pairs)} scaler role(s) may {ACTION} on their queues"
                                    + (" and trust the KEDA operator's role" if op_arn else "") + tail, evidence)

@@ -9,9 +9,10 @@ from datetime import date, datetime, timezone
 from typing import Any
 
 from .. import catalogue
-from .context import Context
+from .ami_canary import OBSERVED_AMIS, observed_images
+from .context import Context, one_line
 from .keda import canonical, workload_versions
-from .model import FAIL, PASS, CheckResult, ns_name, parse_time
+from .model import FAIL, PASS, CheckResult, CouldNotRun, headline, ns_name, parse_time
 
 NAME = "versions"
 KARPENTER_SELECTOR = "app.kubernetes.io/name=karpenter"
@@ -73,14 +74,48 @@ def _component(chart: str, objects: list[dict], kind: str, evidence: list[str],
     return version
 
 
+def refused_karpenter(objects: list[dict]) -> list[tuple[str, str]]:
+    """(version, the catalogue's reason) for every Karpenter version the given Deployments (or the NodePool CRD)
+    state that the catalogue refuses outright (a broken release, older than the minimum), in first-seen order."""
+    out: dict[str, str] = {}
+    for obj in objects:
+        for v in workload_versions(obj, "karpenter").values():
+            try:
+                c = canonical(v)
+            except ValueError:
+                continue
+            reason = catalogue.chart_version_problem("karpenter", c)
+            if reason and c not in out:
+                out[c] = reason
+    return list(out.items())
+
+
+def live_image_line(version: str, live_amis: tuple[str | None, list[str]] | None) -> str:
+    """The summary line for a refused Karpenter: what this cluster's GPU types resolve to, observed live (the
+    catalogue's reason is a fact about the release, not about this cluster, and goes to the evidence)."""
+    head = f"karpenter {version} is a refused release"
+    if live_amis is None:
+        return head + " (the catalogue's reason in the evidence; the live image was not read)"
+    nodeclass, observed = live_amis
+    if not observed:
+        return head + f"; live, EC2NodeClass {nodeclass or '?'} status.amis resolves no image for the GPU types"
+    more = f" (+{len(observed) - 1} more image(s))" if len(observed) > 1 else ""
+    return head + f"; live, EC2NodeClass {nodeclass} gives the GPU types {observed[0]}{more}"
+
+
 def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[dict], nodepool_crd: dict | None,
                    server: dict, *, today: date, cluster_name: str | None = None, eks_cluster: dict | None = None,
                    eks_cluster_error: str | None = None, eks_versions: list[dict] | None = None,
-                   eks_versions_error: str | None = None) -> CheckResult:
+                   eks_versions_error: str | None = None,
+                   live_amis: tuple[str | None, list[str]] | None = None) -> CheckResult:
     """The verdict from the controllers' Deployments/DaemonSets, the NodePool CRD, the /version answer and, when a
     cluster name was given, EKS's answers: `eks_cluster` (eks:DescribeCluster's `cluster`, None when not read;
     `eks_cluster_error` says why) and `eks_versions` (eks:DescribeClusterVersions' `clusterVersions`, None when not
-    read; `eks_versions_error` says why). The EKS support rule judges the API server's minor on `today`."""
+    read; `eks_versions_error` says why). The EKS support rule judges the API server's minor on `today`.
+
+    `live_amis` is (EC2NodeClass name, ami_canary.observed_images) as read live, None when not read: a refused
+    Karpenter's line then says what this cluster's GPU types really resolve to, never the release's general claim
+    (Karpenter 1.0.x's note says the Neuron image; a cluster may show the standard one)."""
     problems: list[str] = []
     evidence: list[str] = []
     kv = _component("karpenter", karpenter, "Deployment", evidence, problems)
@@ -124,12 +159,21 @@ def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[
                     problems.append(p)
         warning = _judge_support(k_minor, today, cluster_name, eks_cluster, eks_cluster_error, eks_versions,
                                  eks_versions_error, evidence, problems)
+    refused = dict((reason, v) for v, reason in refused_karpenter(karpenter + ([nodepool_crd] if nodepool_crd
+                                                                                 else [])))
+    if refused:
+        problems = list(dict.fromkeys(live_image_line(refused[p], live_amis) if p in refused else p
+                                      for p in problems))
+        evidence = [f"why the catalogue refuses karpenter {v} (a fact about the release, not an observation of this "
+                    f"cluster): {reason}" for reason, v in refused.items()] + evidence
     if problems:
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        return CheckResult(NAME, FAIL, problems[0] + more, problems + [e for e in evidence if e not in problems])
-    return CheckResult(NAME, PASS, f"karpenter {kv}, karpenter-crd {crdv or 'unstamped'}, keda {kedav}, Kubernetes "
-                                   f"{k8s}: all pass the catalogue and match its pins" +
-                       (f"; warning: {warning}" if warning else ""), evidence)
+        return CheckResult(NAME, FAIL, headline(problems), problems + [e for e in evidence if e not in problems])
+    seen = (f"karpenter {kv}, karpenter-crd {crdv or 'unstamped'}, keda {kedav}, Kubernetes {k8s}: all pass the "
+            "catalogue and match its pins")
+    if warning:
+        # The warning is what the person on call must act on: it leads; the versions stay in the evidence.
+        return CheckResult(NAME, PASS, f"all pass, with a warning: {warning}", [seen] + evidence)
+    return CheckResult(NAME, PASS, seen, evidence)
 
 
 def utc_date(value: Any) -> date | None:
@@ -243,6 +287,34 @@ def run(ctx: Context) -> CheckResult:
                 eks["eks_versions"] = aws.describe_cluster_versions(["%d.%d" % catalogue.minor(k8s)])
             except AwsError as e:
                 eks["eks_versions_error"] = str(e)
-    return judge_versions(kube.list_deployments(KARPENTER_SELECTOR), kube.list_deployments(KEDA_SELECTOR),
-                          kube.list_daemonsets(DEVICE_PLUGIN_SELECTOR), kube.get_crd(NODEPOOL_CRD), server,
-                          today=ctx.clock.now().astimezone(timezone.utc).date(), cluster_name=s.cluster_name, **eks)
+    karpenter = kube.list_deployments(KARPENTER_SELECTOR)
+    crd = kube.get_crd(NODEPOOL_CRD)
+    refused = refused_karpenter(karpenter + ([crd] if crd else []))
+    live, live_error = (_live_amis(ctx) if refused else (None, None))
+    result = judge_versions(karpenter, kube.list_deployments(KEDA_SELECTOR),
+                            kube.list_daemonsets(DEVICE_PLUGIN_SELECTOR), crd, server,
+                            today=ctx.clock.now().astimezone(timezone.utc).date(), cluster_name=s.cluster_name,
+                            live_amis=live, **eks)
+    if live_error:
+        result.evidence.append(live_error)
+    if refused:
+        # The cause is known: the controller that launches GPU nodes is a release the catalogue refuses.
+        ctx.block_gpu_nodes(NAME, live_image_line(refused[0][0], live))
+    return result
+
+
+def _live_amis(ctx: Context) -> tuple[tuple[str | None, list[str]] | None, str | None]:
+    """(EC2NodeClass name, what status.amis gives the GPU types) as ami-canary read it in this run, else read here
+    from the NodePool and its EC2NodeClass (status.amis names, no EC2 call); (None, why) when it cannot be read."""
+    if OBSERVED_AMIS in ctx.state:
+        return ctx.state[OBSERVED_AMIS], None
+    try:
+        nodepool = ctx.kube.get_nodepool(ctx.settings.nodepool)
+        ref = ((((nodepool or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef")
+        name = (ref or {}).get("name")
+        nodeclass = ctx.kube.get_ec2nodeclass(name) if name else None
+    except CouldNotRun as e:
+        return None, f"live status.amis not read: {one_line(e)}"
+    if nodeclass is None:
+        return None, f"live status.amis not read: NodePool {ctx.settings.nodepool} or its EC2NodeClass not found"
+    return (name, observed_images(nodeclass, nodepool, {})), None

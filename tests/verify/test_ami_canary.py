@@ -25,9 +25,13 @@ def judge(nodeclass, images=None, nodepool="default"):
 def test_the_karpenter_101_swap_fails_from_status_amis_alone():
     r = judge(load("ec2nodeclass_gpu_swapped.json"))
     assert r.status == "fail"
-    for part in ("EC2NodeClass gpu", NEURON_ID, NEURON, "variant neuron", "g5.xlarge", "Karpenter 1.0.0-1.0.2"):
-        assert part in r.summary, part
+    # the count and the cause first; the types and the likely cause in the evidence
+    assert r.summary == (f"4 of NodePool gpu's 4 GPU type(s) get the al2023 neuron image, not al2023 nvidia: "
+                         f"{NEURON_ID} '{NEURON}' (EC2NodeClass gpu status.amis)")
     assert NVIDIA_ID not in r.summary  # the NVIDIA image is mapped to accelerator (Neuron) instances only
+    first = r.evidence[0]
+    for part in ("g5.xlarge", NEURON_ID, "Karpenter 1.0.0-1.0.2"):
+        assert part in first, part
 
 
 def test_the_healthy_nodeclass_passes_naming_the_nvidia_image():
@@ -48,14 +52,16 @@ def test_wrong_family_fails():
     nc = copy.deepcopy(load("ec2nodeclass_gpu.json"))
     nc["spec"]["amiSelectorTerms"] = [{"alias": "bottlerocket@latest"}]
     r = judge(nc)
-    assert r.status == "fail" and "family al2023" in r.summary
+    assert r.status == "fail" and "get the al2023 nvidia image, not bottlerocket nvidia" in r.summary
 
 
 def test_a_gpu_type_with_no_image_fails():
     nc = copy.deepcopy(load("ec2nodeclass_gpu.json"))
     nc["status"]["amis"] = [a for a in nc["status"]["amis"] if "nvidia" not in a["name"]]
     r = judge(nc)
-    assert r.status == "fail" and "has no image for g4dn.xlarge" in r.summary
+    assert r.status == "fail" and r.summary.startswith("4 of NodePool gpu's 4 GPU type(s) have no image in "
+                                                       "EC2NodeClass gpu status.amis: g4dn.xlarge")
+    assert any(e.startswith("EC2NodeClass gpu status.amis has no image for g4dn.xlarge") for e in r.evidence)
 
 
 def test_no_status_amis_and_missing_objects_fail():

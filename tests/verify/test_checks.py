@@ -49,3 +49,29 @@ def test_only_runs_the_named_checks_in_table_order(monkeypatch):
     ran.clear()
     run_checks(Context(settings=VerifySettings()))
     assert "burst" not in ran and len(ran) == len(CHECKS) - 1
+
+
+def test_a_known_cause_skips_the_checks_that_would_wait_for_a_gpu_node(monkeypatch):
+    """A check listed before gpu-job that shows no GPU node can work (ami-canary, versions) makes gpu-job and burst
+    skip with its reason at once; a check after them cannot (the table's order decides)."""
+    from components.verify import burst, gpujob
+    from components.verify.model import SKIPPED
+
+    def canary(ctx):
+        ctx.block_gpu_nodes("ami-canary", "4 of NodePool gpu's 4 GPU type(s) get the al2023 neuron image")
+        return CheckResult("ami-canary", "fail", "4 of NodePool gpu's 4 GPU type(s) get the al2023 neuron image")
+
+    table = tuple(checks.Check(c.name, c.proves, canary if c.name == "ami-canary" else
+                               gpujob.run if c.name == "gpu-job" else burst.run if c.name == "burst" else
+                               (lambda ctx, n=c.name: CheckResult(n, "pass", "ok")), opt_in=c.opt_in)
+                  for c in CHECKS)
+    monkeypatch.setattr(checks, "CHECKS", table)
+    ctx = Context(settings=VerifySettings(worker_image="img"))  # no cluster at all: nothing may be called
+    by = {r.name: r for r in run_checks(ctx, only=("ami-canary", "gpu-job", "burst"))}
+    for name in ("gpu-job", "burst"):
+        assert by[name].status == SKIPPED
+        assert by[name].summary == ("not run: ami-canary failed: 4 of NodePool gpu's 4 GPU type(s) get the al2023 "
+                                    "neuron image")
+        assert by[name].evidence[-1].endswith("nothing created, nothing waited for")
+    ctx = Context(settings=VerifySettings(worker_image="img"))
+    assert [r.status for r in run_checks(ctx, only=("gpu-job",))] == ["error"]  # not blocked: it runs (no cluster)

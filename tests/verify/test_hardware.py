@@ -67,8 +67,8 @@ def test_g5_on_neuron_ami_fails_naming_node_type_ami_id_and_name():
                                 {"i-0a1b2c3d4e5f60718": {"ImageId": "ami-0neuron000000000a"}},
                                 {"ami-0neuron000000000a": {"ImageId": "ami-0neuron000000000a", "Name": NEURON}})
     assert r.status == "fail"
-    for part in ("ip-10-0-12-34.ec2.internal", "g5.xlarge", "ami-0neuron000000000a", NEURON, "variant neuron"):
-        assert part in r.summary, part
+    assert r.summary == (f"1 of 1 node(s) of NodePool gpu wrong: ip-10-0-12-34.ec2.internal (g5.xlarge): AMI "
+                         f"ami-0neuron000000000a '{NEURON}': variant neuron, not nvidia")
     # the EC2NodeClass's own resolution is quoted: Karpenter mapped the Neuron AMI to GPU instances
     assert any("instance-gpu-count Exists" in e for e in r.evidence)
 
@@ -78,7 +78,8 @@ def test_instance_type_outside_the_nodepool_fails():
     r = hardware.judge_hardware("gpu", load("nodepool_gpu.json"), None, [node],
                                 {"i-0a1b2c3d4e5f60718": {"ImageId": "ami-1"}}, {"ami-1": {"Name": NVIDIA}})
     assert r.status == "fail"
-    assert "node.kubernetes.io/instance-type='g6.xlarge'" in r.summary
+    assert "not admitted by NodePool gpu (node.kubernetes.io/instance-type='g6.xlarge')" in r.summary
+    assert any("node.kubernetes.io/instance-type='g6.xlarge', NodePool requires In" in e for e in r.evidence)
 
 
 def test_inferentia_node_in_the_gpu_pool_fails():
@@ -95,7 +96,8 @@ def test_wrong_family_fails():
     r = hardware.judge_hardware("gpu", load("nodepool_gpu.json"), nodeclass, [_node()],
                                 {"i-0a1b2c3d4e5f60718": {"ImageId": "ami-1"}},
                                 {"ami-1": {"Name": "bottlerocket-aws-k8s-1.34-nvidia-x86_64-v1.50.0-abcdef01"}})
-    assert r.status == "fail" and "AMI family bottlerocket, the EC2NodeClass selects al2023" in r.summary
+    assert r.status == "fail" and "family bottlerocket, not al2023" in r.summary
+    assert any("AMI family bottlerocket, the EC2NodeClass selects al2023" in e for e in r.evidence)
 
 
 def test_unknown_instance_fails_rather_than_passes():
@@ -128,7 +130,7 @@ def test_run_against_ec2_on_moto_fails_the_neuron_node_and_passes_the_nvidia_one
     ctx = Context(settings=VerifySettings(nodepool="gpu"), kube=kube, aws_factory=lambda region: Aws(region))
     r = hardware.run(ctx)
     assert r.status == "fail"
-    assert "1 of 2 node(s)" in r.summary
+    assert r.summary.startswith("1 of 2 node(s) of NodePool gpu wrong: ")
     assert ne_ami in r.summary and NEURON in r.summary and "ip-10-0-12-34.ec2.internal" in r.summary
     assert any(nv_ami in e and "expected AMI" in e for e in r.evidence)
 
@@ -167,7 +169,9 @@ def test_raid0_asked_but_kubelet_on_the_root_volume_fails_naming_both_sizes():
     node = _node()  # a g5.xlarge (250 GB NVMe) whose ephemeral storage is the 100 GiB root volume
     r = _judge(node, _raid0_nodeclass())
     assert r.status == "fail"
-    assert "instanceStorePolicy RAID0" in r.summary and "100 GiB" in r.summary and "250 GB" in r.summary
+    assert "instanceStorePolicy RAID0 asked, but ephemeral-storage is 100 GiB, not the 250 GB (233 GiB) NVMe" \
+        in r.summary
+    assert any("kubelet and containerd are on the root volume" in e for e in r.evidence)
 
 
 def test_raid0_on_the_nvme_passes_and_says_so():

@@ -163,32 +163,46 @@ def test_scaler_role_that_may_read_the_queue_and_trusts_the_operator_passes(aws)
     assert f"trust for the operator role {OPERATOR}: yes" in text
 
 
-@pytest.mark.parametrize("world,expected", [
+@pytest.mark.parametrize("world,expected,evidence", [
     (dict(scaler_allows=("sqs:ReceiveMessage",)),
+     "scaler role gpuburst-dev-slides-scaler may not sqs:GetQueueAttributes on queue gpuburst-dev-slides (implicit); "
+     "its policies grant it on no resource",
      f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} may not sqs:GetQueueAttributes on {QUEUE_ARN} "
      "(implicit; used by ScaledJob gpuburst/slides)"),
     (dict(scaler_allows=()),
-     f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} may not sqs:GetQueueAttributes on {QUEUE_ARN} "
-     "(implicit; used by ScaledJob gpuburst/slides)"),
+     "scaler role gpuburst-dev-slides-scaler may not sqs:GetQueueAttributes on queue gpuburst-dev-slides (implicit)",
+     f"role {SCALER}: its policies grant sqs:GetQueueAttributes on no resource at all"),
+    # the drift: a stale queue ARN; the summary quotes what the policy does grant
     (dict(queue_arn="arn:aws:sqs:us-east-1:123456789012:gpuburst-dev-other"),
-     f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} may not sqs:GetQueueAttributes on {QUEUE_ARN}"),
+     "scaler role gpuburst-dev-slides-scaler may not sqs:GetQueueAttributes on queue gpuburst-dev-slides (implicit); "
+     "its policies grant it on arn:aws:sqs:us-east-1:123456789012:gpuburst-dev-other",
+     f"role {SCALER}: its policies grant sqs:GetQueueAttributes on arn:aws:sqs:us-east-1:123456789012:"
+     "gpuburst-dev-other"),
     (dict(scaler_allows=("sqs:*",), extra=({"Effect": "Deny", "Action": "sqs:Get*", "Resource": "*"},)),
+     "scaler role gpuburst-dev-slides-scaler may not sqs:GetQueueAttributes on queue gpuburst-dev-slides (denied); "
+     f"its policies grant it on {QUEUE_ARN}",
      f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} may not sqs:GetQueueAttributes on {QUEUE_ARN} "
      "(denied;"),
     (dict(trusted="arn:aws:iam::123456789012:role/someone-else"),
+     "scaler role gpuburst-dev-slides-scaler does not trust the KEDA operator's role gpuburst-dev-keda-operator: no "
+     "statement allows it",
      f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER} does not trust the KEDA operator's role {OPERATOR}: "
      "no statement allows it"),
     (dict(operator_may_assume=False),
+     "the KEDA operator's role gpuburst-dev-keda-operator may not sts:AssumeRole scaler role "
+     "gpuburst-dev-slides-scaler (implicit)",
      f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER}: the KEDA operator's role {OPERATOR} may not "
      "sts:AssumeRole it (implicit)"),
 ])
-def test_scaler_role_defects_fail_naming_the_trigger_authentication_and_role(aws, world, expected):
+def test_scaler_role_defects_fail_naming_the_role_and_what_its_policy_grants(aws, world, expected, evidence):
     from components.verify import scaler_iam
 
     _iam_world(**world)
     r = scaler_iam.run(_scaler_ctx(_keda_cluster()))
     assert r.status == "fail", r
     assert r.summary.startswith(expected), r.summary
+    assert len(r.summary) <= 200
+    assert any(e.startswith(evidence) for e in r.evidence), r.evidence
 
 
 def test_a_managed_policy_and_the_permissions_boundary_count(aws):
@@ -205,7 +219,7 @@ def test_a_managed_policy_and_the_permissions_boundary_count(aws):
         {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}))["Policy"]["Arn"]
     iam_client.put_role_permissions_boundary(RoleName="gpuburst-dev-slides-scaler", PermissionsBoundary=boundary)
     r = scaler_iam.run(_scaler_ctx(_keda_cluster()))
-    assert r.status == "fail" and f"(implicit by its permissions boundary {boundary};" in r.summary
+    assert r.status == "fail" and f"(implicit by its permissions boundary {boundary})" in r.summary
 
 
 def test_a_scaler_role_that_cannot_be_read_is_error(aws):
@@ -213,8 +227,10 @@ def test_a_scaler_role_that_cannot_be_read_is_error(aws):
 
     r = scaler_iam.run(_scaler_ctx(_keda_cluster()))  # no roles at all in IAM
     assert r.status == "error"
-    assert r.summary.startswith(f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER}: could not be read: "
-                                "AwsError: iam:ListRolePolicies on gpuburst-dev-slides-scaler: NoSuchEntity")
+    assert r.summary.startswith("scaler role gpuburst-dev-slides-scaler could not be read: AwsError: "
+                                "iam:ListRolePolicies on gpuburst-dev-slides-scaler: NoSuchEntity")
+    assert any(e.startswith(f"TriggerAuthentication gpuburst/keda-aws roleArn {SCALER}: could not be read: ")
+               for e in r.evidence)
 
 
 def test_without_the_operator_role_the_trust_is_not_judged_and_said_so(aws):
@@ -242,7 +258,7 @@ def test_the_operator_role_from_its_pod_identity_association(aws):
         stub.add_response("describe_pod_identity_association", {"association": {"roleArn": OPERATOR}},
                           {"clusterName": "gpuburst-dev", "associationId": "a-1"})
         r = scaler_iam.run(ctx)
-    assert r.status == "fail" and f"does not trust the KEDA operator's role {OPERATOR}" in r.summary
+    assert r.status == "fail" and "does not trust the KEDA operator's role gpuburst-dev-keda-operator" in r.summary
     assert f"KEDA operator role: {OPERATOR} (from the Pod Identity association of keda/keda-operator in cluster " \
            "gpuburst-dev)" in r.evidence
 

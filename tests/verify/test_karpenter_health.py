@@ -5,7 +5,7 @@ import copy
 from datetime import timedelta
 
 import pytest
-from verify_fakes import NOW, FakeApiServer, FakeKube, load
+from verify_fakes import AMI_ERROR, NOW, FakeApiServer, FakeKube, karpenter_console_log, load, stuck_nodeclaim
 
 from components.verify import karpenter_health as kh
 from components.verify.context import Context
@@ -44,7 +44,7 @@ def test_fifteen_reconcile_errors_fail_naming_the_pod_the_nodeclass_and_the_erro
     assert '"2026-11-02T09:45:30.100Z"' in first and '"2026-11-02T09:59:30.114Z"' in last
     assert '"message":"Reconciler error"' in first and f'"error":"{ERROR}"' in first
     assert all(len(e) < kh.QUOTE_CHARS + 20 for e in (first, last))  # trimmed
-    assert any("15 ERROR line(s)" in e for e in r.evidence)
+    assert any("15 ERROR line(s)" in e and "understood (32 JSON)" in e for e in r.evidence)
 
 
 def test_a_healthy_log_passes_with_a_one_line_summary(clock):
@@ -80,8 +80,10 @@ def test_errors_are_grouped_by_controller_and_error():
     r = kh.judge_karpenter_health("kube-system", [load("pod_karpenter_controller.json")], {POD: "\n".join(lines)},
                                   [], [], NOW)
     assert r.status == "fail"
-    assert "controller nodepool.readiness on NodePool gpu: 'EC2NodeClass not ready' x3" in r.summary
-    assert "1 more error group(s)" in r.summary and "4 ERROR line(s)" in r.summary
+    assert r.summary.startswith("4 ERROR line(s) since its start: 'EC2NodeClass not ready' x3 on NodePool gpu "
+                                "(controller nodepool.readiness, +1 more error group(s))")
+    assert any("6 log line(s) read" in e and "5 understood (4 JSON, 1 console)" in e and "1 not understood" in e
+               for e in r.evidence)
     assert any("controller nodeclaim.lifecycle (NodeClaim gpu-abcde)" in e for e in r.evidence)
 
 
@@ -93,8 +95,10 @@ def test_a_nodeclaim_stuck_before_initialized_fails_with_its_event_reasons(clock
                  events=events)
     r = _run(kube, clock)
     assert r.status == "fail"
-    assert "1 NodeClaim(s) not Initialized after 900 s: gpu-x7k2p (NodePool gpu, g5.xlarge, age 20m00s)" in r.summary
+    assert r.summary == ("1 NodeClaim(s) stuck past 900 s: gpu-x7k2p (no instance, never Initialized: "
+                         "status Unknown, no reason)")
     stuck = next(e for e in r.evidence if e.startswith("NodeClaim gpu-x7k2p"))
+    assert "(NodePool gpu, g5.xlarge, instance none launched, age 20m00s)" in stuck
     assert "Initialized=Unknown" in stuck and "Warning FailedInitialization x7" in stuck
     assert any(e.startswith("NodeClaim gpu-young") and "not Initialized" not in e for e in r.evidence)
 
@@ -134,3 +138,75 @@ def test_the_since_setting_reaches_the_check_and_the_command_line_parses_it(cloc
     assert cli.settings_from(args, {}, str(tmp_path)).since == NOW - timedelta(minutes=5)
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["--since", "2026-11-02 09:55"])  # no zone: refused, never guessed
+
+
+# --- every layout Karpenter's log is written in (the seed's incident: console lines passed as health) ---------------
+
+@pytest.mark.parametrize("columns", [(), ("logger",), ("logger", "caller")],
+                         ids=["no logger column", "logger", "logger and caller"])
+def test_twelve_reconcile_errors_in_each_console_layout_fail_naming_the_nodeclass_and_the_error(clock, columns):
+    kube = FakeKube(pods=[load("pod_karpenter_controller.json")], logs={POD: karpenter_console_log(columns)})
+    r = _run(kube, clock)
+    assert r.status == "fail", r
+    assert r.summary.startswith(f"12 ERROR line(s) since its start: {AMI_ERROR!r} x12 on EC2NodeClass gpu "
+                                "(controller nodeclass)"), r.summary
+    assert "26 log line(s) read since 2026-11-02T09:45:05+00:00 (the container start): 26 understood (26 " \
+           "console), 0 not understood; 12 ERROR line(s)" in r.evidence[0]
+    first = next(e for e in r.evidence if e.strip().startswith("first:"))
+    assert '"time":"2026-11-02T09:48:30.100Z"' in first and '"EC2NodeClass":{"name":"gpu"}' in first
+    assert "caller" not in first and "reconcileID" not in first  # noise left out of the quote
+
+
+def test_a_log_of_only_unreadable_lines_is_an_error_never_a_pass(clock):
+    text = "\n".join(["time=2026-11-02T09:48:30Z level=error msg=\"Reconciler error\" EC2NodeClass=gpu",
+                      "E1102 09:48:30.100000       1 controller.go:347] Reconciler error", "\t", ""] * 4)
+    r = _run(FakeKube(pods=[load("pod_karpenter_controller.json")], logs={POD: text}), clock)
+    assert r.status == "error", r
+    assert r.summary.startswith(f"could not read kube-system/{POD}'s log: none of its 8 line(s) is JSON or zap's "
+                                "console layout")
+    assert "8 log line(s) read" in r.evidence[1] and "0 understood (no entry), 8 not understood" in r.evidence[1]
+
+
+def test_unreadable_lines_that_mention_an_error_keep_a_healthy_log_from_passing(clock):
+    text = load("karpenter_controller_healthy.log") + "panic: runtime error: invalid memory address\n"
+    r = _run(FakeKube(pods=[load("pod_karpenter_controller.json")], logs={POD: text}), clock)
+    assert r.status == "error" and "1 line(s) not understood mention an error" in r.summary, r
+    harmless = load("karpenter_controller_healthy.log") + "a line of some other layout\n"
+    r = _run(FakeKube(pods=[load("pod_karpenter_controller.json")], logs={POD: harmless}), clock)
+    assert r.status == "pass", r
+    assert any("1 not understood" in e for e in r.evidence)
+    assert any(e.startswith("  not understood (first of 1): 'a line of some other layout'") for e in r.evidence)
+
+
+def test_defects_outrank_an_unreadable_pod_in_the_status_but_both_are_shown(clock):
+    second = copy.deepcopy(load("pod_karpenter_controller.json"))
+    second["metadata"]["name"] = "karpenter-7d8f9c6b5-other"
+    kube = FakeKube(pods=[load("pod_karpenter_controller.json"), second],
+                    logs={POD: karpenter_console_log(("logger",)), "karpenter-7d8f9c6b5-other": "garbage\n"})
+    r = _run(kube, clock)
+    assert r.status == "fail" and "12 ERROR line(s)" in r.summary
+    assert r.evidence[0].startswith("kube-system/karpenter-7d8f9c6b5-other's log: none of its 1 line(s)")
+
+
+def test_a_stuck_nodeclaim_names_its_instance_its_reason_and_the_step_it_never_reached(clock):
+    kube = _kube("karpenter_controller_healthy.log", nodeclaims=[stuck_nodeclaim()])
+    r = _run(kube, clock)
+    assert r.status == "fail"
+    assert r.summary == ("1 NodeClaim(s) stuck past 900 s: gpu-x7k2p (i-0a1b2c3d4e5f60718, never "
+                         "Registered: NodeNotFound)")
+    line = next(e for e in r.evidence if e.startswith("NodeClaim gpu-x7k2p"))
+    assert "instance i-0a1b2c3d4e5f60718" in line
+    assert "Registered=Unknown (NodeNotFound: Node not registered with cluster)" in line
+    assert line.endswith("— stuck: never Registered after 900 s")
+
+
+def test_ten_stuck_nodeclaims_and_errors_keep_the_summary_short_with_the_counts_first(clock):
+    claims = [stuck_nodeclaim(f"gpu-{i:05d}", instance=f"i-0{i:016x}") for i in range(10)]
+    kube = FakeKube(pods=[load("pod_karpenter_controller.json")], nodeclaims=claims,
+                    logs={POD: karpenter_console_log(("logger", "caller"))})
+    r = _run(kube, clock)
+    assert r.status == "fail" and len(r.summary) <= 200, r.summary
+    assert r.summary.startswith("12 ERROR line(s) since its start: ")
+    assert r.summary.endswith(" | 10 NodeClaim(s) stuck past 900 s: gpu-00000 (i-00000000000000000, never "
+                              "Registered: NodeNotFound) +9 more")
+    assert sum(1 for e in r.evidence if "— stuck: never Registered" in e) == 10  # every one, with its instance

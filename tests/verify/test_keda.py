@@ -151,9 +151,35 @@ def _setup(sqs, *, fifo=False, old_job=True):
     return url, sj, kube
 
 
+class NoReceiveAws(Aws):
+    """The real Aws (on moto) whose calls that could touch a message other than verify's own fail the test: SQS
+    cannot limit ReceiveMessage, DeleteMessage or ChangeMessageVisibility to one message, so the probe never makes
+    them. Records the SQS calls it does make."""
+
+    calls: list[str] = []
+
+    def queue_attributes(self, queue_url, names):
+        NoReceiveAws.calls.append("sqs:GetQueueAttributes")
+        return super().queue_attributes(queue_url, names)
+
+    def send_message(self, *a, **kw):
+        NoReceiveAws.calls.append("sqs:SendMessage")
+        return super().send_message(*a, **kw)
+
+    def receive_messages(self, *a, **kw):
+        raise AssertionError("the keda probe received from a work queue")
+
+    def delete_message(self, *a, **kw):
+        raise AssertionError("the keda probe deleted a message")
+
+    def release_message(self, *a, **kw):
+        raise AssertionError("the keda probe changed a message's visibility")
+
+
 def _ctx(kube, clock):
+    NoReceiveAws.calls = []
     return Context(settings=VerifySettings(namespace="gpuburst", poll_interval_s=5, probe_extra_s=60), kube=kube,
-                   clock=clock, aws_factory=lambda region: Aws(region))
+                   clock=clock, aws_factory=lambda region: NoReceiveAws(region))
 
 
 def _keda_creates_job_on_look(kube, sj, look, started=False):
@@ -173,7 +199,7 @@ def _visible(sqs, url):
     return int(a["ApproximateNumberOfMessages"]) + int(a["ApproximateNumberOfMessagesNotVisible"])
 
 
-def test_probe_creates_a_job_then_message_and_job_are_cleaned_up(aws, clock):
+def test_probe_creates_a_job_and_both_are_left_for_the_worker(aws, clock):
     sqs = boto3.client("sqs")
     url, sj, kube = _setup(sqs)
     _keda_creates_job_on_look(kube, sj, look=3)  # look 1 = before the probe; KEDA reacts a poll later
@@ -181,10 +207,11 @@ def test_probe_creates_a_job_then_message_and_job_are_cleaned_up(aws, clock):
     ok, verdict, evidence = keda_probe._probe(ctx, sj, keda_probe.sqs_triggers(sj)[0])
     assert ok, evidence
     assert "Job slides-x7p2q appeared" in verdict
-    assert _visible(sqs, url) == 0
-    assert any("deleted by receipt handle" in e for e in evidence)
-    assert kube.deleted == ["gpuburst/slides-x7p2q"]  # the probe's Job, never yesterday's
-    assert any(j["metadata"]["name"] == "slides-old00" for j in kube.jobs)
+    assert NoReceiveAws.calls == ["sqs:GetQueueAttributes", "sqs:SendMessage"]  # nothing else, ever
+    assert _visible(sqs, url) == 1  # the probe, for the Job's worker to acknowledge
+    assert any(e.startswith("probe ") and "left on" in e and "for the worker to acknowledge" in e for e in evidence)
+    assert any("Job gpuburst/slides-x7p2q: left to run" in e for e in evidence)
+    assert kube.deleted == []  # its worker is what takes the probe off the queue
 
 
 def test_probe_message_is_marked_for_the_worker(aws, clock):
@@ -203,10 +230,10 @@ def test_probe_message_is_marked_for_the_worker(aws, clock):
     keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
     probe_id = seen["MessageAttributes"][keda_probe.PROBE_ATTRIBUTE]["StringValue"]
     assert json.loads(seen["Body"]) == {"verify_probe": probe_id}
-    assert _visible(sqs, url) == 0
+    assert _visible(sqs, url) == 1
 
 
-def test_no_job_after_the_deadline_fails_and_the_probe_is_removed(aws, clock):
+def test_no_job_after_the_deadline_fails_and_the_probe_waits_for_a_worker(aws, clock):
     sqs = boto3.client("sqs")
     url, sj, kube = _setup(sqs)
     ok, verdict, evidence = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
@@ -214,7 +241,7 @@ def test_no_job_after_the_deadline_fails_and_the_probe_is_removed(aws, clock):
     assert verdict == (f"ScaledJob gpuburst/slides: created no Job within 90 s (pollingInterval 30 s + margin) of a "
                        f"probe message on {url}")
     assert 90 <= clock.t <= 91
-    assert _visible(sqs, url) == 0
+    assert _visible(sqs, url) == 1  # the next worker KEDA starts acknowledges it; verify never receives
     assert kube.deleted == []
 
 
@@ -225,8 +252,8 @@ def test_busy_queue_real_work_is_never_received_and_nothing_is_deleted(aws, cloc
     _keda_creates_job_on_look(kube, sj, look=2)
     ok, _, evidence = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
     assert ok
-    assert any("left for the worker" in e for e in evidence)
-    assert any("left to finish" in e for e in evidence) and kube.deleted == []
+    assert any("for the worker to acknowledge" in e for e in evidence)
+    assert any("left to run" in e for e in evidence) and kube.deleted == []
     msgs = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["ApproximateReceiveCount"],
                                MessageAttributeNames=["All"])["Messages"]
     real = [m for m in msgs if keda_probe.PROBE_ATTRIBUTE not in (m.get("MessageAttributes") or {})]
@@ -253,7 +280,7 @@ def test_probe_consumed_by_a_started_worker_leaves_the_job_running(aws, clock):
     kube.on_list_jobs = hook
     ok, _, evidence = keda_probe._probe(_ctx(kube, clock), sj, keda_probe.sqs_triggers(sj)[0])
     assert ok
-    assert any("taken by the worker" in e for e in evidence)
+    assert _visible(sqs, url) == 0  # the worker acknowledged it
     assert any("pod slides-x7p2q-pod logged `verify probe" in e and "by its message" in e for e in evidence)
     assert kube.deleted == []
 
@@ -461,8 +488,7 @@ def test_identity_owner_before_provider_aws_existed_is_not_judged():
     assert keda_identity.identity_owner_problems([sj], [ta], [], "2.12.1") == ({}, [])
 
 
-def test_interrupt_during_the_probe_wait_removes_the_probe_the_lease_and_writes_the_json(aws, clock, upstream_crds,
-                                                                                           tmp_path):
+def test_interrupt_during_the_probe_wait_removes_the_lease_and_writes_the_json(aws, clock, upstream_crds, tmp_path):
     from components.verify import cli
 
     sqs = boto3.client("sqs")
@@ -480,4 +506,55 @@ def test_interrupt_during_the_probe_wait_removes_the_probe_the_lease_and_writes_
     assert rc == 130
     doc = json.loads((tmp_path / "v.json").read_text())
     assert doc["schema"] == "gpuburst.verify/v1" and doc["run"]["interrupted"] is True
-    assert _visible(sqs, url) == 0 and kube.leases == {}
+    assert kube.leases == {}
+    assert _visible(sqs, url) == 1  # the probe stays for the worker: verify never receives from a work queue
+
+
+# --- the probe never touches a real message (the drill: verify's role could receive and delete work) --------------
+
+@pytest.mark.parametrize("when", ["waiting before verify", "arriving while the probe's Job runs"])
+def test_verify_check_keda_leaves_a_real_messages_receive_count_and_visibility_unchanged(aws, clock, upstream_crds,
+                                                                                          tmp_path, when):
+    """`verify --check keda` on the real command line, SQS on moto: a real work message keeps
+    ApproximateReceiveCount 0 and stays visible. The second case is the race the old clean-up lost: the queue was
+    idle, the probe's worker acknowledged the probe, and a real message came in before verify's clean-up receive."""
+    from components.verify import cli
+
+    sqs = boto3.client("sqs")
+    url, sj, kube = _setup(sqs)
+    kube.deployments = [load("deployment_keda_2.20.2.json")]
+    kube.crds = {keda.TA_CRD: load_crd(upstream_crds, TA_2_20)}
+    kube.tas = [load("triggerauthentication_aws.json")]
+    work = json.dumps({"slide": "s3://gpuburst-dev-slides/slides/a.svs", "output": "s3://r/results/a/"})
+    if when.startswith("waiting"):
+        real_id = sqs.send_message(QueueUrl=url, MessageBody=work)["MessageId"]
+    looks = {"n": 0, "real": None}
+
+    def keda_and_a_worker(k, ns):
+        looks["n"] += 1
+        if looks["n"] != 2:
+            return
+        if not when.startswith("waiting"):
+            # the probe's worker acknowledges the probe (the only message), then real work arrives
+            for m in sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"]).get("Messages", []):
+                assert keda_probe.PROBE_ATTRIBUTE in m["MessageAttributes"]
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            looks["real"] = sqs.send_message(QueueUrl=url, MessageBody=work)["MessageId"]
+        job, pod = _keda_job(sj)
+        k.jobs.append(job)
+        k.pods.append(pod)
+    kube.on_list_jobs = keda_and_a_worker
+    out = io.StringIO()
+    rc = cli.main(["--check", "keda", "--json", "--queue-url", url, "--region", "us-east-1"], kube=kube, clock=clock,
+                  aws_factory=lambda region: Aws(region), stdout=out, stderr=io.StringIO())
+    result = json.loads(out.getvalue())["results"][0]
+    assert (rc, result["status"]) == (0, "pass"), result
+    real_id = looks["real"] or real_id
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessagesNotVisible"] == "0"  # nothing hidden by a receive
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"],
+                              MessageAttributeNames=["All"], VisibilityTimeout=0)["Messages"]
+    real = [m for m in got if m["MessageId"] == real_id]
+    assert len(real) == 1, got  # visible at once: its visibility was never changed
+    assert real[0]["Attributes"]["ApproximateReceiveCount"] == "1"  # this receive is its first: verify never had it
+    assert real[0]["Body"] == work

@@ -51,3 +51,20 @@ def test_strict_fails_a_skipped_check_and_leaves_the_others():
     assert r.evidence[0] == "pool empty"
     for s in ("pass", "fail", "error"):
         assert apply_strict(CheckResult("x", s, "y")).status == s
+
+
+def test_a_summary_over_the_limit_is_cut_centrally_and_kept_whole_in_the_evidence():
+    from components.verify.model import SUMMARY_FULL_PREFIX, SUMMARY_MAX_CHARS, headline
+
+    long = "3 NodeClaim(s) stuck: " + ", ".join(f"gpu-{i:05d}" for i in range(60))
+    r = CheckResult("karpenter-health", "fail", long, ["first fact"])
+    assert len(r.summary) == SUMMARY_MAX_CHARS and r.summary.endswith("…") and long.startswith(r.summary[:-1])
+    assert r.evidence == [SUMMARY_FULL_PREFIX + long, "first fact"]
+    r.summary = r.summary + " (and the Job could not be deleted)"  # amended later: still cut
+    assert len(r.summary) == SUMMARY_MAX_CHARS
+    assert CheckResult("x", "pass", "two\nlines").summary == "two lines"  # one line, always
+    short = CheckResult("x", "pass", "ok", [])
+    assert (short.summary, short.evidence) == ("ok", [])
+    assert apply_strict(CheckResult("x", "skipped", "y" * 190)).summary.startswith("skipped, which --strict fails: ")
+    assert len(apply_strict(CheckResult("x", "skipped", "y" * 190)).summary) == SUMMARY_MAX_CHARS
+    assert headline(["a"]) == "a" and headline(["a", "b", "c"]) == "3 problems, first: a"

@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import copy
+import re
 from datetime import date, datetime, timedelta, timezone
 
 import boto3
 import pytest
-from verify_fakes import NOW, FakeClock, FakeKube, load, pinned, pinned_server, server_at
+from verify_fakes import NOW, FakeClock, FakeKube, karpenter_101_swap_cluster, load, pinned, pinned_server, server_at
 
 from components import catalogue
 from components.verify import versions
 from components.verify.aws import Aws, AwsError
 from components.verify.context import Context
-from components.verify.model import VerifySettings
+from components.verify.model import SUMMARY_MAX_CHARS, VerifySettings
 
 CLUSTER = "gpuburst-dev"
 TODAY = NOW.date()
@@ -28,6 +29,16 @@ def _crd(chart_version=None):
         crd["metadata"]["labels"] = {"helm.sh/chart": f"karpenter-crd-{chart_version}",
                                      "app.kubernetes.io/version": chart_version}
     return crd
+
+
+def assert_summary(r, text: str) -> None:
+    """The summary is `text`, or (over SUMMARY_MAX_CHARS) its start cut with "…", the whole text in the evidence."""
+    assert len(r.summary) <= SUMMARY_MAX_CHARS, r.summary
+    if len(text) <= SUMMARY_MAX_CHARS:
+        assert r.summary == text
+    else:
+        assert r.summary.endswith("…") and text.startswith(r.summary[:-1]), r.summary
+        assert any(text in e for e in r.evidence)
 
 
 def judge(karpenter=None, crd_version=catalogue.CHARTS["karpenter-crd"].version, server=None, keda=None,
@@ -46,8 +57,40 @@ def test_pinned_cluster_passes():
 def test_karpenter_1_0_1_found_in_the_cluster_fails_with_the_catalogue_reason():
     r = judge(karpenter="deployment_karpenter_1.0.1.json")
     assert r.status == "fail"
-    assert r.summary.startswith(catalogue.karpenter_version_problem("1.0.1"))
+    # the count first, then the cause; without a live look at status.amis it claims nothing about this cluster's image
+    assert re.match(r"\d+ problems, first: karpenter 1\.0\.1 is a refused release \(the catalogue's reason in the "
+                    r"evidence; the live image was not read\)$", r.summary), r.summary
+    assert "Neuron" not in r.summary and len(r.summary) <= 200
+    assert (f"why the catalogue refuses karpenter 1.0.1 (a fact about the release, not an observation of this "
+            f"cluster): {catalogue.karpenter_version_problem('1.0.1')}") in r.evidence
     assert any("Deployment kube-system/karpenter" in e and "1.0.1" in e for e in r.evidence)
+
+
+def test_a_refused_karpenter_says_what_the_cluster_resolves_live_not_the_releases_claim(clock):
+    """The drill: Karpenter 1.0.1 runs, but status.amis gives the GPU types the *standard* image. The versions line
+    must say standard (as ami-canary does), never the release note's "Neuron"; and it stops the gpu-job."""
+    from components.verify import checks
+
+    nodeclass = load("ec2nodeclass_gpu_swapped.json")
+    for ami in nodeclass["status"]["amis"]:
+        ami["name"] = ami["name"].replace("neuron", "standard")
+        ami["id"] = ami["id"].replace("neuron", "0std00")
+    kube = karpenter_101_swap_cluster(nodeclasses=[nodeclass], version=pinned_server(),
+                                      deployments=[load("deployment_karpenter_1.0.1.json"), pinned("keda")],
+                                      daemonsets=[pinned("nvidia-device-plugin")])
+    for only in (("versions",), ("ami-canary", "versions")):  # read by versions itself, or shared by ami-canary
+        ctx = Context(settings=VerifySettings(nodepool="gpu", worker_image="img"), kube=kube, clock=clock,
+                      aws_factory=lambda region: NoEc2())
+        results = {r.name: r for r in checks.run_checks(ctx, only=only + ("gpu-job",))}
+        r = results["versions"]
+        assert r.status == "fail", r
+        assert "karpenter 1.0.1 is a refused release; live, EC2NodeClass gpu gives the GPU types" in r.summary
+        assert "(al2023/standard)" in r.summary and "neuron" not in r.summary.lower(), r.summary
+        if "ami-canary" in results:
+            assert "standard" in results["ami-canary"].summary
+        gpu = results["gpu-job"]
+        assert gpu.status == "skipped" and gpu.summary.startswith("not run: ") and kube.created == []
+        assert clock.t == 0  # nothing waited
 
 
 def test_karpenter_crd_stamp_differing_from_the_controller_fails():
@@ -81,7 +124,10 @@ def test_image_override_that_disagrees_with_the_chart_label_fails():
                                 pinned_server(), today=TODAY)
     assert r.status == "fail"
     assert any(f"states several versions ({pin}, 1.0.2)" in p for p in r.evidence)
-    assert catalogue.karpenter_version_problem("1.0.2") in r.evidence
+    assert "karpenter 1.0.2 is a refused release (the catalogue's reason in the evidence; the live image was not " \
+           "read)" in r.evidence
+    assert any(e.startswith("why the catalogue refuses karpenter 1.0.2") and
+               e.endswith(catalogue.karpenter_version_problem("1.0.2")) for e in r.evidence)
 
 
 def test_missing_controllers_fail():
@@ -105,6 +151,13 @@ class NoAws:
 
     def __call__(self, region):
         raise AssertionError(f"the versions check called AWS (region {region}) without a cluster name")
+
+
+class NoEc2:
+    """An Aws whose ec2:DescribeImages is refused (ami-canary then judges the names in status.amis)."""
+
+    def describe_images(self, ids):
+        raise AwsError("ec2:DescribeImages", ",".join(ids), "UnauthorizedOperation")
 
 
 class FakeEks:
@@ -190,9 +243,10 @@ def test_k8s_1_34_with_standard_before_its_end_of_standard_support_passes_with_t
     assert r.status == "pass", r
     advisory = catalogue.kubernetes_support_finding("1.34", "STANDARD", date(2026, 11, 15))
     assert advisory is not None and advisory.level == "advisory"
-    assert r.summary.endswith(f"; warning: {advisory.message}")
-    assert "2026-12-02" in r.summary.split("; warning: ", 1)[1]
+    assert_summary(r, f"all pass, with a warning: {advisory.message}")
+    assert "2026-12-02" in r.summary.split("with a warning: ", 1)[1]
     assert f"warning: {advisory.message}" in r.evidence
+    assert any(e.startswith(f"karpenter {catalogue.CHARTS['karpenter'].version}, ") for e in r.evidence)
     assert f"EKS cluster {CLUSTER}: version 1.34, platform eks.7, upgradePolicy.supportType STANDARD" in r.evidence
     assert eks.calls == [("describe_cluster", CLUSTER), ("describe_cluster_versions", ["1.34"])]
 
@@ -203,7 +257,7 @@ def test_k8s_1_34_with_standard_on_its_end_of_standard_support_fails_naming_the_
     assert r.status == "fail", r
     mandatory = catalogue.kubernetes_support_finding("1.34", "STANDARD", date(2026, 12, 2))
     assert mandatory is not None and mandatory.level == "mandatory"
-    assert r.summary == mandatory.message
+    assert_summary(r, mandatory.message)
     assert "left EKS standard support on 2026-12-02" in r.summary
     assert "upgradePolicy.supportType STANDARD" in r.summary
 
@@ -212,8 +266,9 @@ def test_k8s_1_34_with_extended_on_its_end_of_standard_support_passes_naming_the
     r = run_at(date(2026, 12, 2), server=pinned_at_1_34, eks=FakeEks(eks_cluster("1.34", "EXTENDED"),
                                                                       [calendar_row("1.34")]))
     assert r.status == "pass", r
-    warning = r.summary.split("; warning: ", 1)[1]
+    warning = next(e for e in r.evidence if e.startswith("warning: "))
     assert "$0.60 per cluster-hour" in warning and "2026-12-02" in warning and "2027-12-02" in warning
+    assert_summary(r, f"all pass, with a warning: {warning.removeprefix('warning: ')}")
     assert f"EKS cluster {CLUSTER}: version 1.34, platform eks.7, upgradePolicy.supportType EXTENDED" in r.evidence
 
 
@@ -223,14 +278,15 @@ def test_an_unset_upgrade_policy_is_eks_default_extended(pinned_at_1_34):
     assert r.status == "pass", r
     assert (f"EKS cluster {CLUSTER}: version 1.34, platform eks.7, upgradePolicy.supportType EXTENDED (not set: "
             "EKS's default EXTENDED)") in r.evidence
-    assert "$0.60 per cluster-hour" in r.summary
+    assert r.summary.startswith("all pass, with a warning: ")
+    assert any(e.startswith("warning: ") and "$0.60 per cluster-hour" in e for e in r.evidence)
 
 
 def test_without_a_cluster_name_the_stack_default_is_judged(pinned_at_1_34):
     r = run_at(date(2026, 12, 2), server=pinned_at_1_34, cluster_name=None)
     assert r.status == "fail"  # the stack's default STANDARD: EKS auto-upgrades from 2026-12-02
-    assert r.summary == catalogue.kubernetes_support_finding("1.34", catalogue.DEFAULT_SUPPORT_TYPE,
-                                                             date(2026, 12, 2)).message
+    assert_summary(r, catalogue.kubernetes_support_finding("1.34", catalogue.DEFAULT_SUPPORT_TYPE,
+                                                           date(2026, 12, 2)).message)
     assert "EKS upgrade policy not read (no cluster name: pass --cluster-name or --stack)" in r.evidence
 
 
@@ -267,9 +323,9 @@ def test_a_stale_calendar_fails_naming_both_dates():
     live = row.standard_end + timedelta(days=31)
     r = run_at(TODAY, eks=FakeEks(eks_cluster(pin), [calendar_row(pin, endOfStandardSupportDate=_midnight(live))]))
     assert r.status == "fail", r
-    assert r.summary == (f"EKS reports Kubernetes {pin} endOfStandardSupportDate {live} but catalogue.EKS_SUPPORT"
-                         f"['{pin}'].standard_end is {row.standard_end}: the catalogue's calendar is stale (update it "
-                         "in components/catalogue/support.py)")
+    assert_summary(r, f"EKS reports Kubernetes {pin} endOfStandardSupportDate {live} but catalogue.EKS_SUPPORT"
+                      f"['{pin}'].standard_end is {row.standard_end}: the catalogue's calendar is stale (update it "
+                      "in components/catalogue/support.py)")
 
 
 def test_a_matching_calendar_in_another_time_zone_passes_and_is_quoted():
@@ -298,7 +354,8 @@ def test_the_pin_near_its_end_of_standard_support_warns():
     row = catalogue.EKS_SUPPORT[pin]
     r = run_at(row.standard_end - timedelta(days=30), eks=FakeEks(eks_cluster(pin), [calendar_row(pin)]))
     assert r.status == "pass", r
-    assert f"; warning: Kubernetes {pin}'s EKS standard support ends {row.standard_end} (in 30 days)" in r.summary
+    assert f"with a warning: Kubernetes {pin}'s EKS standard support ends {row.standard_end} (in 30 days)" \
+        in r.summary
 
 
 def test_the_region_comes_from_the_eks_endpoint_of_the_api_server():

@@ -476,3 +476,162 @@ def finish_job(kube: FakeKube, name: str, log: str, *, succeeded: bool = True) -
            "status": {"phase": "Succeeded" if succeeded else "Failed"}}
     kube.pods.append(pod)
     kube.logs[name + "-p0d"] = log
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The incident drills: a whole cluster (FakeKube) and its AWS (on moto), Karpenter's log in every layout, NodeClaims.
+# --------------------------------------------------------------------------------------------------------------------
+
+DRILL_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "c" * 64
+DRILL_ROLE = "arn:aws:iam::123456789012:role/gpuburst-dev-slides-worker"
+DRILL_CLUSTER = "gpuburst-dev"
+DRILL_NVIDIA = "amazon-eks-node-al2023-x86_64-nvidia-1.34-v20261101"
+AMI_ERROR = "resolving AMIs: no amis exist for the given selector terms"
+
+
+def zap_console_line(time: str, level: str, message: str, context: dict | None = None, *,
+                     logger: str | None = None, caller: str | None = None) -> str:
+    """One line as zap's console encoder writes it (uber-go/zap zapcore/console_encoder.go, EncodeEntry): time,
+    level, the logger name and the caller only when present, tab-joined; a tab and the message; a tab and the
+    context as the JSON encoder's spaced form (`{"key": value, "k2": v2}`) when there is any."""
+    columns = [time, level] + [c for c in (logger, caller) if c] + [message]
+    line = "\t".join(columns)
+    if context:
+        line += "\t" + json.dumps(context, separators=(", ", ": "))
+    return line
+
+
+def karpenter_console_log(columns: tuple[str, ...] = (), errors: int = 12, error: str = AMI_ERROR) -> str:
+    """Karpenter's controller log in a console layout: `columns` is () (no logger, no caller), ("logger",) or
+    ("logger", "caller"); `errors` `Reconciler error` lines about EC2NodeClass gpu, one a minute from 09:48:30,
+    between INFO lines (26 lines with the defaults, as in the drill)."""
+    logger = "controller" if "logger" in columns else None
+    lines = [zap_console_line("2026-11-02T09:45:06.101Z", "INFO", "starting server", {"commit": "bde00654"},
+                              logger=logger, caller="operator/operator.go:120" if "caller" in columns else None),
+             zap_console_line("2026-11-02T09:45:07.220Z", "INFO", "discovered karpenter version",
+                              {"commit": "bde00654", "controller": "version", "version": "1.14.1"}, logger=logger,
+                              caller="version/version.go:87" if "caller" in columns else None)]
+    for i in range(errors):
+        t = f"2026-11-02T09:{48 + i:02d}:30.{100 + i:03d}Z"
+        lines.append(zap_console_line(t, "ERROR", "Reconciler error", {
+            "commit": "bde00654", "controller": "nodeclass", "controllerGroup": "karpenter.k8s.aws",
+            "controllerKind": "EC2NodeClass", "EC2NodeClass": {"name": "gpu"}, "namespace": "", "name": "gpu",
+            "reconcileID": f"5a1c{i:04d}-0000-4000-8000-00000000{i:04d}", "error": error},
+            logger=logger, caller="controller/controller.go:347" if "caller" in columns else None))
+        lines.append(zap_console_line(t.replace(":30.", ":31."), "INFO", "found provisionable pod(s)", {
+            "commit": "bde00654", "controller": "provisioner", "Pods": "gpuburst/slides-abcde", "duration": "9ms"},
+            logger=logger, caller="provisioner/provisioner.go:123" if "caller" in columns else None))
+    return "\n".join(lines) + "\n"
+
+
+def stuck_nodeclaim(name: str = "gpu-x7k2p", *, minutes_old: int = 20, instance: str = "i-0a1b2c3d4e5f60718",
+                    registered: bool = False) -> dict:
+    """A NodeClaim launched (status.providerID names its instance) but never Registered: Karpenter v1's registration
+    controller sets `Registered` Unknown with reason NodeNotFound, message "Node not registered with cluster"."""
+    created = (NOW - timedelta(minutes=minutes_old)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [{"type": "Launched", "status": "True", "reason": "Launched"},
+                  {"type": "Registered", "status": "True", "reason": "Registered"} if registered else
+                  {"type": "Registered", "status": "Unknown", "reason": "NodeNotFound",
+                   "message": "Node not registered with cluster"},
+                  {"type": "Initialized", "status": "Unknown", "reason": "NotRegistered" if not registered else
+                   "NodeNotReady", "message": "Node not registered with cluster" if not registered else
+                   "Node status is NotReady"}]
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "creationTimestamp": created,
+                         "labels": {"karpenter.sh/nodepool": "gpu", "node.kubernetes.io/instance-type": "g5.xlarge"}},
+            "status": {"providerID": f"aws:///us-east-1a/{instance}", "conditions": conditions}}
+
+
+def drill_aws_world() -> tuple[str, list[str]]:
+    """The stack's AWS on moto: the results bucket, the work queue, an NVIDIA image and two g5 instances booted from
+    it, the EKS cluster, and the scaler role that may read the queue's attributes. Returns (queue URL, instance ids)."""
+    import boto3
+
+    from components import catalogue
+
+    boto3.client("s3").create_bucket(Bucket="gpuburst-dev-results")
+    url = boto3.client("sqs").create_queue(QueueName="gpuburst-dev-slides")["QueueUrl"]
+    ec2 = boto3.client("ec2")
+    ami = ec2.register_image(Name=DRILL_NVIDIA, Architecture="x86_64", RootDeviceName="/dev/xvda",
+                             VirtualizationType="hvm")["ImageId"]
+    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=ami, InstanceType="g5.xlarge", MinCount=2,
+                                                      MaxCount=2)["Instances"]]
+    boto3.client("eks").create_cluster(name=DRILL_CLUSTER, version=catalogue.KUBERNETES_VERSION,
+                                       roleArn="arn:aws:iam::123456789012:role/gpuburst-dev-cluster",
+                                       resourcesVpcConfig={"subnetIds": []})
+    # the TriggerAuthentication's roleArn (scaler-iam reads its policies)
+    scaler, queue = "gpuburst-dev-slides-scaler", "gpuburst-dev-slides"
+    boto3.client("iam").create_role(RoleName=scaler, AssumeRolePolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {
+            "AWS": "arn:aws:iam::123456789012:role/keda-operator"}}]}))
+    boto3.client("iam").put_role_policy(RoleName=scaler, PolicyName="queue-metrics", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sqs:GetQueueAttributes",
+                                                "Resource": f"arn:aws:sqs:us-east-1:123456789012:{queue}"}]}))
+    return url, ids
+
+
+def drill_cluster(upstream_crds: Path, queue_url: str, instance_ids: list[str], *, trap: bool = False,
+                  keda_reacts: bool | None = None, karpenter_log: str | None = None, nodes: list[dict] | None = None,
+                  nodeclaims: list[dict] | None = None, gpu_job_runs: bool | None = None) -> FakeKube:
+    """The whole cluster of a drill. `trap`: the seed's incident (Karpenter 1.0.1's AMI swap in status.amis, nodes
+    without an allocatable GPU, 15 JSON reconcile errors, KEDA and the gpu-job never react); the keyword arguments
+    override one part each: whether KEDA makes a Job for the probe, the Karpenter pod's log text, the GPU nodes, the
+    NodeClaims, whether the gpu-job's pod runs nvidia-smi."""
+    keda_reacts = (not trap) if keda_reacts is None else keda_reacts
+    gpu_job_runs = (not trap) if gpu_job_runs is None else gpu_job_runs
+    if nodes is None:
+        nodes = items("nodes_gpu_not_allocatable.json") if trap else items("nodes_gpu_healthy.json")
+    for node, iid in zip(nodes, instance_ids):
+        zone = node["metadata"]["labels"]["topology.kubernetes.io/zone"]
+        node["spec"]["providerID"] = f"aws:///{zone}/{iid}"
+    sj = load("scaledjob_ready.json")
+    sj["spec"]["triggers"][0]["metadata"]["queueURL"] = queue_url
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "nodepools.karpenter.sh"},
+           "spec": {"versions": [{"name": "v1", "served": True, "storage": True}]}}
+    karpenter_pod = load("pod_karpenter_controller.json")
+    if karpenter_log is None:
+        karpenter_log = load("karpenter_controller_ami_errors.log" if trap else "karpenter_controller_healthy.log")
+    kube = FakeKube(
+        nodes=nodes, pods=items("pods_device_plugin.json") + [karpenter_pod], nodepools=[load("nodepool_gpu.json")],
+        nodeclasses=[load("ec2nodeclass_gpu_swapped.json" if trap else "ec2nodeclass_gpu.json")],
+        logs={karpenter_pod["metadata"]["name"]: karpenter_log}, nodeclaims=nodeclaims or [],
+        crds=[crd, load_crd(upstream_crds, "keda-v2.20.2-triggerauthentications.yaml")],
+        tas=[load("triggerauthentication_aws.json")], scaled_jobs=[sj],
+        deployments=[pinned("karpenter"), pinned("keda")],
+        daemonsets=[pinned("nvidia-device-plugin")], version=pinned_server())
+
+    looks = {"jobs": 0}
+
+    def keda(k, ns):  # KEDA creates a Job for the probe a poll after it was sent
+        looks["jobs"] += 1
+        if looks["jobs"] == 3 and keda_reacts:
+            k.jobs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+                "name": "slides-x7p2q", "namespace": "gpuburst", "uid": "uid-slides-x7p2q",
+                "ownerReferences": [{"kind": "ScaledJob", "name": "slides", "uid": sj["metadata"]["uid"]}]},
+                "status": {"active": 1}})
+
+    def verify_jobs(k, ns, name):
+        if name.startswith("gpuburst-verify-id-"):  # the workload-identity probe: every call allowed
+            finish_job(k, name, identity_probe_log())
+            return
+        job = next((j for j in k.jobs if j["metadata"]["name"] == name), None)
+        if job is None or job.get("status", {}).get("conditions") or not gpu_job_runs:
+            return
+        job["status"] = copy.deepcopy(load("job_gpu_complete.json")["status"])
+        pod = copy.deepcopy(load("pod_gpu_succeeded.json"))
+        pod["metadata"]["name"] = name + "-abcde"
+        pod["metadata"]["labels"]["job-name"] = name
+        k.pods.append(pod)
+        k.logs[name + "-abcde"] = load("nvidia_smi.log")
+
+    kube.on_list_jobs = keda
+    kube.on_get_job = verify_jobs
+    return kube
+
+
+def drill_argv(kubeconfig: Path, url: str) -> list[str]:
+    """The command line of a drill (every stack value as a flag)."""
+    return ["--kubeconfig", str(kubeconfig), "--queue-url", url, "--worker-role-arn", DRILL_ROLE,
+            "--results-bucket", "gpuburst-dev-results", "--image", DRILL_IMAGE, "--nodepool", "gpu",
+            "--namespace", "gpuburst", "--connect-timeout-s", "2"]
