@@ -65,9 +65,6 @@ CHART_FINDINGS: tuple[ChartFinding, ...] = (
                  "KEDA runs as its image's non-root UID 1000 (runAsNonRoot true, every capability dropped, read-only "
                  "root); upstream tests no other UID, and a UID above 10000 buys nothing on the system nodes, which "
                  "run no other workloads"),
-    ChartFinding("keda", "CKV_K8S_43", _KEDA_DEPLOYMENTS,
-                 "the chart takes an image tag only (image.*.tag) and KEDA's 2.20.2 release publishes no image "
-                 "digests we can cite offline; the tag is the chart's appVersion 2.20.2 and pullPolicy is Always"),
     ChartFinding("keda", "CKV_K8S_155", ("ClusterRole/keda-operator-minimal-cluster-role",),
                  "the operator's certificate rotation patches the CA bundle into its ValidatingWebhookConfiguration "
                  "(keda-admission); the chart grants get/list/watch/patch/update on every "
@@ -79,12 +76,6 @@ CHART_FINDINGS: tuple[ChartFinding, ...] = (
     ChartFinding(_DP, "CKV_K8S_9", (_PLUGIN, _MPS),
                  "the chart has no readiness probe value; a DaemonSet pod serves no traffic, so readiness gates "
                  "nothing (`verify gpu-allocatable` judges the node's allocatable GPUs instead)"),
-    ChartFinding(_DP, "CKV_K8S_15", (_PLUGIN, _MPS),
-                 "pullPolicy IfNotPresent: the tag v0.20.0 is an immutable release tag on nvcr.io, and Always would "
-                 "make a GPU node's plugin start depend on the registry being reachable"),
-    ChartFinding(_DP, "CKV_K8S_43", (_PLUGIN, _MPS),
-                 "the chart builds the image as repository:tag and NVIDIA publishes no digest for v0.20.0 with a "
-                 "source we can cite offline; the release tag v0.20.0 is used"),
     ChartFinding(_DP, "CKV_K8S_22", (_PLUGIN, _MPS),
                  "not read-only: the plugin writes its socket into the kubelet's device-plugins directory and CDI "
                  "specs into /var/run/cdi (both hostPath), and upstream neither documents nor tests a read-only "

@@ -189,3 +189,22 @@ def test_bad_args_are_one_line_errors_before_anything_is_registered(field, value
         _run(_args(**{field: value}), monkeypatch, with_output_bucket=False, seen=seen)
     assert "\n" not in str(e.value)
     assert [n for n in seen if n.startswith("audit")] == []
+
+
+def test_the_dev_plan_holds_the_trail_the_locked_bucket_and_the_alarms(dev):
+    """Issue 27: the platform wires the audit layer onto its clinical buckets, its access-log bucket and its key."""
+    import json
+
+    res = dev["plan"]["resources"]
+    (trail,) = [r for r in res if r["type"] == "aws:cloudtrail/trail:Trail"]
+    selectors = json.dumps(trail["properties"]["advancedEventSelectors"])
+    for bucket in ("gpuburst-storage-slides", "gpuburst-storage-results", "gpuburst-storage-access-logs"):
+        assert f"arn:aws:s3:::{bucket}/" in selectors
+    (lock,) = [r for r in res if r["type"] == "aws:s3/bucketObjectLockConfiguration:BucketObjectLockConfiguration"]
+    assert lock["properties"]["bucket"] == trail["properties"]["s3BucketName"]
+    assert lock["properties"]["rule"]["defaultRetention"]["days"] >= 1
+    alarms = {r["name"] for r in res if r["type"] == "aws:cloudwatch/metricAlarm:MetricAlarm" and "audit" in r["name"]}
+    assert {"gpuburst-audit-bucket-controls-alarm", "gpuburst-audit-key-controls-alarm",
+            "gpuburst-audit-break-glass-alarm"} <= alarms
+    (glass,) = [r for r in res if r["name"] == "gpuburst-audit-break-glass-filter"]
+    assert "arn:aws:iam::123456789012:role/gpuburst-break-glass" in glass["properties"]["pattern"]

@@ -311,3 +311,23 @@ def test_a_lab_build_extends_the_built_in_image_and_every_worker_runs_it(tmp_pat
         "p-worker-image-repo")
     images = {t["spec"]["containers"][0]["image"] for t in _containers(res).values()}
     assert len(images) == 1 and images.pop().split("@")[0].endswith("p-lab-image-repo")
+
+
+def test_the_bootstrap_up_declares_only_the_key_the_network_and_the_runner_under_the_final_urns(prod, tmp_path):
+    """Issue 27: `deploy.bootstrap: true` (the first `up` of prod, from the deploy CIDRs) creates no cluster and
+    nothing in it; every resource it creates keeps its URN in the complete plan, so the runner's later `up` adds
+    the rest and replaces nothing."""
+    from synth_run import run_synth
+
+    stack = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text(encoding="utf-8"))
+    stack["config"]["gpuburst:deploy"]["bootstrap"] = True
+    (tmp_path / "Pulumi.boot.yaml").write_text(yaml.safe_dump(stack), encoding="utf-8")
+    proc = run_synth(tmp_path / "out", "--stack", "prod", "--stack-file", str(tmp_path / "Pulumi.boot.yaml"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    boot = json.loads((tmp_path / "out" / "plan.json").read_text(encoding="utf-8"))
+    types = {r["type"] for r in boot["resources"]}
+    assert "eks:index:Cluster" not in types and not any(t.startswith("kubernetes:") for t in types)
+    assert {"gpuburst:index:DataKey", "gpuburst:index:WorkloadNetwork", "gpuburst:index:DeployRunner",
+            "aws:codebuild/project:Project"} <= types
+    assert {r["urn"] for r in boot["resources"]} <= {r["urn"] for r in prod["plan"]["resources"]}
+    assert set(boot["outputs"]) == {"bootstrap"}

@@ -146,7 +146,9 @@ def test_service_account_and_dependencies(res):
 
 
 def test_network_policy_selects_the_job_pods(res, sj):
-    (np_,) = res.monitor.by_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    # Keda's own namespace holds an allow-all policy too (the VPC CNI's strict mode); the worker's is the one here.
+    (np_,) = [p for p in res.monitor.by_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+              if p.properties["metadata"].get("namespace") == sj["metadata"]["namespace"]]
     labels = sj["spec"]["jobTargetRef"]["template"]["metadata"]["labels"]
     assert np_.properties["spec"]["podSelector"]["matchLabels"] == labels
     assert np_.properties["spec"]["policyTypes"] == ["Ingress", "Egress"]

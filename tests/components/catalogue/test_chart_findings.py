@@ -88,7 +88,7 @@ def test_every_entry_names_a_pinned_chart_and_a_real_reason():
         assert f.check.startswith(("CKV_K8S_", "CKV2_K8S_")), f
         assert f.objects and all("/" in o for o in f.objects), f
         assert len(f.reason) > 40, f"{f.chart} {f.check}: too short to be a reason: {f.reason!r}"
-    assert chart_findings.reason_for("keda", "CKV_K8S_43")
+    assert chart_findings.reason_for("keda", "CKV_K8S_40")
 
 
 def test_object_of_reads_checkov_resource_ids():
