@@ -316,7 +316,8 @@ def _clinical_grants(docs: list[dict], clinical: list[Governed]) -> Iterator[tup
                     for g in clinical:
                         if isinstance(res, str) and res.startswith(g.arn + "/") and (g.arn, action, res) not in seen:
                             seen.add((g.arn, action, res))
-                            yield g, action, res.rstrip("*") + "rehearse-probe"
+                            # A concrete object the grant's pattern matches (`*` and `?` anywhere in it).
+                            yield g, action, res.replace("*", "rehearse-probe").replace("?", "x")
 
 
 def kubernetes_findings(f: StackFacts) -> Iterator[Finding]:

@@ -91,3 +91,16 @@ def test_a_runner_the_cluster_security_group_does_not_admit_cannot_reach_the_api
     assert len(found) == 1 and found[0].startswith("kubernetes-api: eks cluster: HTTPS 443 by "
                                                    "role/gpuburst-prod-deploy from the deploy runner (in the VPC)")
     assert "ingress rule on the cluster security group" in found[0]
+
+
+def test_a_grant_with_a_wildcard_inside_the_key_is_judged_on_an_object_it_matches():
+    from components.rehearse.plan_model import Governed, PlanResource
+    from components.rehearse.scenarios import _clinical_grants
+
+    bucket = Governed(PlanResource("aws:s3/bucket:Bucket", "results", "urn:results", {}),
+                      "arn:aws:s3:::results-bucket", None, None, clinical=True)
+    doc = {"Statement": [{"Effect": "Allow", "Action": ["s3:PutObject"],
+                          "Resource": ["arn:aws:s3:::results-bucket/results/probe-?/*.txt"]}]}
+    ((g, action, target),) = list(_clinical_grants([doc], [bucket]))
+    assert g is bucket and action == "s3:PutObject"
+    assert target == "arn:aws:s3:::results-bucket/results/probe-x/rehearse-probe.txt"
