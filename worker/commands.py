@@ -201,16 +201,29 @@ def consume_settings(args: argparse.Namespace) -> Any:
         visibility_extension_interval_s=args.visibility_extension_interval, wait_time_s=args.wait_time,
         grace_period_s=args.grace_period, retry_backoff_s=args.retry_backoff, scratch_dir=args.scratch,
         precision=args.precision,
-        liveness_file=os.environ.get("LIVENESS_FILE") or None, slide_limits=SlideLimits.from_env())
+        liveness_file=os.environ.get("LIVENESS_FILE") or None, slide_limits=SlideLimits.from_env(),
+        max_slide_kills=_env_int("MAX_SLIDE_KILLS", ConsumerSettings.max_slide_kills))
     s.validate()
     return s
+
+
+def _env_int(var: str, default: int) -> int:
+    """A whole number from the environment variable `var`, or `default` when it is unset or empty; ValueError (one
+    line naming the variable and the value) for anything else."""
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{var}={raw!r}: must be a whole number") from None
 
 
 _FLAGS = {"queue_url": "--queue-url", "visibility_timeout_s": "--visibility-timeout",
           "visibility_extension_interval_s": "--visibility-extension-interval", "wait_time_s": "--wait-time",
           "max_messages": "--max-messages", "idle_exit_s": "--idle-exit", "grace_period_s": "--grace-period",
           "retry_backoff_s": "--retry-backoff", "mode": "--mode", "device": "--device", "precision": "--precision",
-          "model_path": "--model", "model_sha256": "--model-sha256"}
+          "model_path": "--model", "model_sha256": "--model-sha256", "max_slide_kills": "MAX_SLIDE_KILLS"}
 
 
 def cmd_consume(args: argparse.Namespace, **inject: Any) -> int:

@@ -76,6 +76,13 @@ class ConsumerSettings:
     SlideLimits() (see worker/slides/limits.py for each default and why); `consume` reads the SLIDE_MAX_* variables
     into it (SlideLimits.from_env)."""
 
+    max_slide_kills: int = 2
+    """After this many receives of a message ended with the worker killed while processing its slide (an
+    out-of-memory kill, a native parser's crash: told by the attempt record, worker.attempts), the next receive
+    dead-letters it at once with that reason (env MAX_SLIDE_KILLS). Default 2: one death may be a lost node or a
+    spot reclaim without notice; a second on the same slide is the slide. Below the queue's maxReceiveCount (5 by
+    default) it saves the remaining receives; a good slide dead-lettered this way is put back by `dlq redrive`."""
+
     def validate(self) -> None:
         """Raise ValueError (one line, naming the setting) when the settings cannot work."""
         if not self.queue_url:
@@ -101,6 +108,8 @@ class ConsumerSettings:
             raise ValueError(f"grace_period_s={self.grace_period_s}: must be >= 0")
         if self.retry_backoff_s < 0:
             raise ValueError(f"retry_backoff_s={self.retry_backoff_s}: must be >= 0")
+        if self.max_slide_kills < 1:
+            raise ValueError(f"max_slide_kills={self.max_slide_kills}: must be at least 1")
         if self.max_prefix_bytes < 1:
             raise ValueError(f"max_prefix_bytes={self.max_prefix_bytes}: must be at least 1")
         self.slide_limits.validate()

@@ -40,9 +40,12 @@ class MessageActions:
             return False
 
     def _release_locked(self, msg: dict, reason: str) -> None:
-        """Make the message visible again at once (caller holds self._lock)."""
+        """Make the message visible again at once (caller holds self._lock); an attempt still in progress (the
+        watchdog releasing a slide that cannot be interrupted) is marked ended, so the next receive does not count
+        this stop as the slide killing its worker."""
         self._change_visibility(msg, 0)
         self._released = True
+        self._end_attempt("released", locked=True)
         log.warning(event("message.released", msg=msg["MessageId"], reason=reason))
 
     def _retry(self, msg: dict, reason: str, base: Outcome, receives: int, t0: float) -> Outcome:

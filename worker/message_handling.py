@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from worker import s3io
+from worker import attempts, s3io
 from worker.heartbeat import Heartbeat
 from worker.logfmt import event
 from worker.messages import OUTPUT_SUFFIXES, ContractError, SlideMessage, parse_message
@@ -128,6 +128,7 @@ class MessageHandling:
             base.reason = ("summary with the same input manifest exists (already done)" if listing is not None
                            else "summary with the same input ETag exists (already done)")
             return base
+        kills = self._earlier_kills(msg, m, receives)
         scratch = Path(self.settings.scratch_dir or tempfile.gettempdir())
         scratch.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{m.slide_id}.", dir=scratch))
@@ -150,10 +151,17 @@ class MessageHandling:
             self.check_cancel()
             out_dir = work / "out"
             out_dir.mkdir()
+            attempt = {"m": m, "message_id": msg["MessageId"], "receives": receives, "kills": kills}
+            attempts.write(self.s3, state="processing", **attempt)  # before the slide is opened
+            with self._lock:
+                self._attempt = attempt
+            outcome = "failed"
             try:
                 with use_limits(self.settings.slide_limits):  # what every slide opened for this message may declare
                     summary = self.processor(local, out_dir, m.slide_id, self.check_cancel)
+                outcome = "processed"
             except permanent_types() as e:
+                outcome = "refused"
                 # The reader names its (scratch) file or folder; the S3 address is what an operator can act on:
                 # a file inside a downloaded prefix becomes s3://bucket/prefix/<relative path>.
                 detail = str(e)
@@ -161,6 +169,11 @@ class MessageHandling:
                 for scratch_path in sorted({str(local.resolve()), str(local)}, key=len, reverse=True):
                     detail = detail.replace(scratch_path, shown)
                 raise PermanentError(f"bad slide {m.slide}: {detail}") from None
+            except Cancelled:
+                outcome = "released"
+                raise
+            finally:
+                self._end_attempt(outcome)
             t_up = time.monotonic()
             files = [out_dir / (m.slide_id + s) for s in OUTPUT_SUFFIXES]
             missing = [f.name for f in files if not f.is_file()]
@@ -210,6 +223,40 @@ class MessageHandling:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
+    def _earlier_kills(self, msg: dict, m: SlideMessage, receives: int) -> int:
+        """Workers this message's slide has killed (see worker.attempts); PermanentError once it reaches
+        max_slide_kills. A first receive has no earlier attempt, so it reads nothing."""
+        if receives <= 1:
+            return 0
+        found = s3io.get_json(self.s3, attempts.attempt_uri(m))
+        record = found[0] if found else None
+        kills = attempts.kills_before(record, msg["MessageId"], receives)
+        if kills >= self.settings.max_slide_kills:
+            attempts.write(self.s3, m, message_id=msg["MessageId"], receives=receives, kills=kills, state="ended",
+                           outcome="dead-lettered: killed its workers")
+            raise PermanentError(attempts.kill_reason(m, kills, record))
+        if kills:
+            log.warning(event("slide.killed_before", slide_id=m.slide_id, msg=msg["MessageId"], kills=kills,
+                              receive_count=receives, max_slide_kills=self.settings.max_slide_kills))
+        return kills
+
+    def _end_attempt(self, outcome: str, *, locked: bool = False) -> None:
+        """Mark the attempt in progress ended (the processing thread's finally; the watchdog's release, which holds
+        the lock: `locked`); a failure is logged, never raised: the record then reads as one death at this
+        message's next receive."""
+        if locked:
+            attempt, self._attempt = self._attempt, None
+        else:
+            with self._lock:
+                attempt, self._attempt = self._attempt, None
+        if attempt is None:
+            return
+        try:
+            attempts.write(self.s3, state="ended", outcome=outcome, **attempt)
+        except Exception as e:  # noqa: BLE001
+            log.warning(event("attempt.end_failed", slide_id=attempt["m"].slide_id, msg=attempt["message_id"],
+                              error=s3io.error_code(e) or type(e).__name__, detail=str(e)))
+
     def _stages(self, summary: dict, download_s: float) -> dict[str, float | None]:
         """This slide's clock, stage by stage, as the burst planner models it: download, model load (paid once per
         process: its load time on the first slide the process finishes, 0 after), open, tissue, inference (reading,
@@ -245,3 +292,4 @@ class MessageHandling:
                               for s in OUTPUT_SUFFIXES}
         summary["consumer"] = {"mode": self.settings.mode, "finished_at": time.strftime(
             "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": {k: round(v, 3) for k, v in seconds.items()}}
+

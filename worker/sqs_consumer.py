@@ -62,6 +62,8 @@ class Consumer(MessageHandling, MessageActions):
         self._phase = "idle"  # idle | processing | committing
         self._current: dict | None = None
         self._released = False
+        self._attempt: dict | None = None
+        """The attempt record in progress (worker.attempts): written before the processor runs, ended after."""
 
     # --- lifecycle -----------------------------------------------------------------------------------------------
     def request_stop(self, why: str = "signal") -> None:

@@ -98,9 +98,13 @@ def drain(sqs: Any, url: str, *, wait_s: int = 1) -> list[dict]:
         out.extend(r["Messages"])
 
 
-def keys(s3: Any, bucket: str = RESULTS) -> list[str]:
-    """All keys in a bucket, sorted."""
-    return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+def keys(s3: Any, bucket: str = RESULTS, *, attempts: bool = False) -> list[str]:
+    """All keys in a bucket, sorted; the worker's attempt records (worker.attempts, under `.gpuburst-attempts/`)
+    only with `attempts`: the tests that say "nothing written" mean no result."""
+    from worker.attempts import ATTEMPTS_DIR
+
+    found = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+    return found if attempts else [k for k in found if f"/{ATTEMPTS_DIR}" not in f"/{k}"]
 
 
 def get_json(s3: Any, key: str, bucket: str = RESULTS) -> dict:

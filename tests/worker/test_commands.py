@@ -114,7 +114,7 @@ def test_infer_applies_the_environments_limits_in_one_line_exit_1(tmp_path):
                    env={"SLIDE_MAX_PIXELS": "1000000"}, timeout=120)
     assert r.returncode == commands.EXIT_FAILURE, r.stderr
     err = [line for line in r.stderr.splitlines() if line.startswith("python -m worker infer: error:")]
-    assert err == [f"python -m worker infer: error: {slide}: level 0 declares 1024 × 1024 px (1.0e6 px) over the "
+    assert err == [f"python -m worker infer: error: {slide}: directory 0 declares 1024 × 1024 px (1.0e6 px) over the "
                    f"limit of 1.0e6 px (SLIDE_MAX_PIXELS)"], r.stderr
 
 

@@ -85,7 +85,7 @@ def test_a_bomb_is_dead_lettered_on_its_first_receive_with_its_line_and_never_de
     assert c.run() == 0
     assert [o.status for o in c.outcomes] == ["dead-lettered"]
     reason, receives = _reason(sqs, dlq)
-    assert reason == (f"bad slide s3://{SLIDES}/in/bomb.tif: bomb.tif: level 0 declares 1000000 × 1000000 px "
+    assert reason == (f"bad slide s3://{SLIDES}/in/bomb.tif: bomb.tif: directory 0 declares 1000000 × 1000000 px "
                       f"(1.0e12 px) over the limit of 4.0e10 px (SLIDE_MAX_PIXELS)")
     assert receives == "1" and calls == []
     assert keys(s3) == [] and counts(sqs, url) == (0, 0)  # nothing written, nothing left to retry

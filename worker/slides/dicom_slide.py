@@ -8,10 +8,17 @@ import numpy as np
 
 from worker.logfmt import one_line
 from worker.slides.colour import classify
+from worker.slides.dicom_header import read_dicom_header
 from worker.slides.limits import SlideLimits
 from worker.slides.slide import Level, Slide, SlideError, fail
 
 DICM_OFFSET = 128  # a DICOM Part 10 file: 128-byte preamble, then b"DICM"
+#: Transfer syntaxes whose frames carry their own pixel size, as the TIFF compression whose header reader applies:
+#: JPEG baseline, extended and lossless (PS3.5 A.4.1-A.4.2) and JPEG 2000 / HTJ2K (A.4.4, A.4.11).
+FRAME_CODECS = {"1.2.840.10008.1.2.4.50": 7, "1.2.840.10008.1.2.4.51": 7, "1.2.840.10008.1.2.4.57": 7,
+                "1.2.840.10008.1.2.4.70": 7, "1.2.840.10008.1.2.4.90": 34712, "1.2.840.10008.1.2.4.91": 34712,
+                "1.2.840.10008.1.2.4.201": 34712, "1.2.840.10008.1.2.4.202": 34712,
+                "1.2.840.10008.1.2.4.203": 34712}
 
 
 def is_dicom_file(path: Path) -> bool:
@@ -37,11 +44,19 @@ class DicomSlide(Slide):
 
     def __init__(self, path: str | Path, *, mpp_um: float | None = None, limits: SlideLimits | None = None):
         super().__init__(Path(path), limits)
-        from wsidicom import WsiDicom
-
         files = dicom_files(self.path) if self.path.is_dir() else [self.path]
         if not files:
             raise fail(self.path, "no DICOM files in the folder")
+        # What every instance declares, held to the limits by a bounded reader before pydicom or wsidicom parse it.
+        already, syntaxes = 0, set()
+        for f in files:
+            header = read_dicom_header(f, self.limits, already=already, slide=self.path if self.path.is_dir() else None)
+            already += header.header_bytes
+            syntaxes.add(header.transfer_syntax)
+        self._frame_codec = FRAME_CODECS.get(syntaxes.pop()) if len(syntaxes) == 1 else None
+        self._checked: set[tuple[int, int, int]] = set()
+        from wsidicom import WsiDicom  # (pydicom with it) only for headers that passed
+
         try:
             self._wsi = WsiDicom.open(files)
         except Exception as exc:  # noqa: BLE001 - pydicom and wsidicom raise many kinds on damaged input
@@ -102,7 +117,10 @@ class DicomSlide(Slide):
             return out
         try:
             with self._lock:
+                self._check_frames(level, x0, y0, x1, y1)
                 region = self._wsi.read_region((x0, y0), level.native, (x1 - x0, y1 - y0), as_array=True)
+        except SlideError:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise fail(self.path, f"level {level.index} region ({x}, {y}, {w}x{h}) does not decode "
                                   f"({one_line(exc)}; damaged or truncated?)") from None
@@ -111,6 +129,22 @@ class DicomSlide(Slide):
             region = region[..., None]
         out[y0 - y : y1 - y, x0 - x : x1 - x] = region[..., : out.shape[-1]]
         return out
+
+    def _check_frames(self, level: Level, x0: int, y0: int, x1: int, y1: int) -> None:
+        """Refuse a frame under the region whose JPEG or JPEG 2000 header declares another size than the instance's
+        frames (a decompression bomb or damage), before wsidicom decodes it; each frame is checked once."""
+        if self._frame_codec is None or not level.tile_width:
+            return
+        tw, th = level.tile_width, level.tile_height
+        for ty in range(y0 // th, (y1 - 1) // th + 1):
+            for tx in range(x0 // tw, (x1 - 1) // tw + 1):
+                key = (level.index, tx, ty)
+                if key in self._checked:
+                    continue
+                data = self._wsi.read_encoded_tile(level.native, (tx, ty), crop_to_image_boundary=False)
+                self.limits.check_stream(self.path, f"level {level.index} frame ({tx}, {ty})", self._frame_codec,
+                                         data, tw, th)
+                self._checked.add(key)
 
     def close(self) -> None:
         if getattr(self, "_wsi", None) is not None:

@@ -11,7 +11,7 @@ import contextlib
 import contextvars
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -28,8 +28,11 @@ ENV = {
     "max_levels": "SLIDE_MAX_LEVELS",
     "max_file_bytes": "SLIDE_MAX_FILE_BYTES",
     "max_tiff_directories": "SLIDE_MAX_TIFF_DIRS",
+    "max_tiles": "SLIDE_MAX_TILES",
+    "min_tile_side_px": "SLIDE_MIN_TILE_PX",
+    "max_header_bytes": "SLIDE_MAX_HEADER_BYTES",
 }
-_BYTE_FIELDS = ("max_decoded_bytes", "max_file_bytes")
+_BYTE_FIELDS = ("max_decoded_bytes", "max_file_bytes", "max_header_bytes")
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
@@ -70,6 +73,28 @@ class SlideLimits:
     chain only up to this many, before tifffile parses the directories (env SLIDE_MAX_TIFF_DIRS). Default 1024:
     real slides have 1-12 (an SVS: its levels plus thumbnail, label and macro; an NDPI its levels and macro), a
     z-stacked NDPI about a hundred; a million tiny directories would take tifffile minutes and gigabytes."""
+    max_tiles: int = 2_097_152
+    """Most tiles or strips one image may declare: a TIFF directory's tile (or strip) grid, a DICOM instance's
+    frames (env SLIDE_MAX_TILES). Default 2,097,152 (2^21): a level at max_pixels in Aperio's 240 px tiles has
+    694,445, in 256 px tiles 610,352, the Hamamatsu TIFF's 4096 x 16 px tiles 610,352; CAMELYON16's 97,792 x
+    221,184 px level 0 in 512 px tiles has 82,632, the DICOM sample's largest instance 27 frames. Each tile costs the
+    readers a table entry (8-16 bytes in the file, more once parsed), so a header declaring 10^8 tiles of 16 px,
+    inside the pixel limit, would fill gigabytes before a pixel is read; 3x the largest real grid is refused first."""
+    min_tile_side_px: int = 16
+    """Shortest side in pixels a stored tile may have: TIFF TileWidth/TileLength, a multi-frame DICOM instance's
+    Rows/Columns (env SLIDE_MIN_TILE_PX). Default 16: the TIFF 6.0 specification requires tile sides that are
+    multiples of 16 (Section 15, TileWidth), and the narrowest real tiles are Hamamatsu's 4096 x 16. Strips (one
+    row may be a strip) and single-frame DICOM images are not tiles and are not held to it; with max_tiles this
+    keeps a level from being cut into millions of tiny tiles."""
+    max_header_bytes: int = 64 * MIB
+    """Most bytes of a slide's structure, read before any pixel: a TIFF's directory entries and the values they
+    point at (tile offset and byte-count arrays, descriptions, XMP, ...) in all its directories together; a DICOM
+    file's (or series') elements before its pixel data (env SLIDE_MAX_HEADER_BYTES). Default 64 MiB: the offset
+    and byte-count arrays of a max_tiles grid in BigTIFF are 2^21 x 16 bytes = 32 MiB; the real slides' TIFF
+    structures are 1.7-33 KB (CMU-1-Small-Region.svs 5.1 KB, the NDPI 33 KB), the DICOM sample's 10 instances 1.75
+    MB together (an ICC profile per optical path in each); CAMELYON16's pyramid, ~110,000 tiles x 8 bytes in
+    classic TIFF, about 0.9 MB. Counted from the declared counts, before any value is read, so refusing a header
+    that declares 10^9 tiles costs a few KiB."""
 
     def validate(self) -> None:
         """Raise ValueError (one line naming the field and its environment variable) for a limit that is no number
@@ -113,52 +138,65 @@ class SlideLimits:
         return (f"the slide is {_size(size_bytes)} over the limit of {_limit(self.max_file_bytes)} "
                 f"({ENV['max_file_bytes']})")
 
-    def check_directories(self, path: Path | str, pages: Sequence) -> None:
-        """Refuse a TIFF chaining more than max_tiff_directories image directories; `pages` is a tifffile
-        TiffPages, indexed (which walks the chain up to that index only) rather than counted in full."""
-        n = self.max_tiff_directories
-        try:
-            pages[n]
-        except IndexError:
-            return
-        except Exception:  # noqa: BLE001 - directory n is there but damaged: there are still more than n
-            pass
-        raise SlideLimitError(f"{path}: chains more image directories than the limit of {n} "
-                              f"({ENV['max_tiff_directories']})")
-
     def check_levels(self, path: Path | str, count: int) -> None:
         """Refuse a slide declaring more than max_levels pyramid levels."""
         if count > self.max_levels:
             raise SlideLimitError(f"{path}: declares {count} pyramid levels over the limit of {self.max_levels} "
                                   f"({ENV['max_levels']})")
 
-    def check_level(self, path: Path | str, index: int, width: int, height: int) -> None:
-        """Refuse a level declaring more than max_pixels pixels."""
+    def check_level(self, path: Path | str, index: int | str, width: int, height: int) -> None:
+        """Refuse a level (`index`: a level number, or where the image is, e.g. "directory 3") declaring more than
+        max_pixels pixels."""
         if width * height > self.max_pixels:
-            raise SlideLimitError(f"{path}: level {index} declares {width} × {height} px ({_sci(width * height)} px) "
+            raise SlideLimitError(f"{path}: {_at(index)} declares {width} × {height} px ({_sci(width * height)} px) "
                                   f"over the limit of {_sci(self.max_pixels)} px ({ENV['max_pixels']})")
 
-    def check_unit(self, path: Path | str, index: int, width: int, height: int, samples: int, bytes_per_sample: int,
-                   *, kind: str = "tiles", check_side: bool = True) -> None:
+    def check_tile_sides(self, path: Path | str, index: int | str, width: int, height: int, *,
+                         kind: str = "tiles") -> None:
+        """Refuse tiles longer than max_tile_side_px or shorter than min_tile_side_px on a side."""
+        if max(width, height) > self.max_tile_side_px:
+            raise SlideLimitError(f"{path}: {_at(index)} declares {kind} of {width} × {height} px over the limit "
+                                  f"of {self.max_tile_side_px} px per side ({ENV['max_tile_side_px']})")
+        if min(width, height) < self.min_tile_side_px:
+            raise SlideLimitError(f"{path}: {_at(index)} declares {kind} of {width} × {height} px under the minimum "
+                                  f"of {self.min_tile_side_px} px per side ({ENV['min_tile_side_px']})")
+
+    def check_tile_count(self, path: Path | str, index: int | str, count: int, kind: str, detail: str = "") -> None:
+        """Refuse an image declaring more than max_tiles tiles, strips or frames (`kind`); `detail` says how the
+        count arises ("2048 × 2048 px in 16 × 16 px tiles")."""
+        if count > self.max_tiles:
+            how = f" ({detail})" if detail else ""
+            raise SlideLimitError(f"{path}: {_at(index)} declares {count:,} {kind}{how} over the limit of "
+                                  f"{self.max_tiles:,} ({ENV['max_tiles']})")
+
+    def check_header_bytes(self, path: Path | str, what: str, total_bytes: int) -> None:
+        """Refuse a slide whose structure (`what` tipped it over: "directory 0 TileOffsets: 10^9 values of 8
+        bytes") adds up to more than max_header_bytes, counted before any of it is read."""
+        if total_bytes > self.max_header_bytes:
+            raise SlideLimitError(f"{path}: {what}: {_size(total_bytes)} of structure in all, over the limit of "
+                                  f"{_limit(self.max_header_bytes)} ({ENV['max_header_bytes']})")
+
+    def check_unit(self, path: Path | str, index: int | str, width: int, height: int, samples: int,
+                   bytes_per_sample: int, *, kind: str = "tiles", check_side: bool = True) -> None:
         """Refuse a level whose decode unit (`kind`: tiles, strips, ...) is over max_tile_side_px on a side (when
         `check_side`) or over max_decoded_bytes decoded."""
         if check_side and max(width, height) > self.max_tile_side_px:
-            raise SlideLimitError(f"{path}: level {index} declares {kind} of {width} × {height} px over the limit "
+            raise SlideLimitError(f"{path}: {_at(index)} declares {kind} of {width} × {height} px over the limit "
                                   f"of {self.max_tile_side_px} px per side ({ENV['max_tile_side_px']})")
         if not self.unit_fits(width, height, samples, bytes_per_sample):
             size = width * height * samples * bytes_per_sample
             hint = "; re-save it tiled" if kind == "strips" else ""
             raise SlideLimitError(
-                f"{path}: level {index} declares {kind} of {width} × {height} px × {_n(samples, 'sample')} × "
+                f"{path}: {_at(index)} declares {kind} of {width} × {height} px × {_n(samples, 'sample')} × "
                 f"{_n(bytes_per_sample, 'byte')} ({_human(size)} decoded each) "
                 f"over the limit of {_limit(self.max_decoded_bytes)} ({ENV['max_decoded_bytes']}){hint}")
 
-    def check_stored(self, path: Path | str, index: int, stored_bytes: int) -> None:
+    def check_stored(self, path: Path | str, index: int | str, stored_bytes: int) -> None:
         """Refuse a level one of whose stored (compressed) tiles or strips is over twice max_decoded_bytes: it is
         read whole into memory before it is decoded. Twice, as incompressible pixels grow a little when compressed
         (zlib by a few bytes per 16 KiB, JPEG of noise at high quality by more)."""
         if stored_bytes > 2 * self.max_decoded_bytes:
-            raise SlideLimitError(f"{path}: level {index} declares a stored tile or strip of {_size(stored_bytes)} "
+            raise SlideLimitError(f"{path}: {_at(index)} declares a stored tile or strip of {_size(stored_bytes)} "
                                   f"over the limit of {_limit(2 * self.max_decoded_bytes)}, twice "
                                   f"{ENV['max_decoded_bytes']}")
 
@@ -167,15 +205,24 @@ class SlideLimits:
         return width * height * samples * bytes_per_sample <= self.max_decoded_bytes
 
     def check_stream(self, path: Path | str, what: str, compression: int, data: bytes, width: int,
-                     height: int) -> None:
+                     height: int, *, min_height: int | None = None) -> None:
         """Refuse a JPEG or JPEG 2000 tile or strip (`what`, e.g. "level 0 tile (3, 4)") whose own header declares
-        more pixels than the `width` x `height` the file declares for it: the decoder would allocate what the
-        stream says before it could notice the mismatch."""
+        another size than the `width` x `height` the file declares for it (a last strip may hold from `min_height`
+        rows): the decoder allocates what the stream says, so a larger one is a bomb, and a smaller one would be
+        analysed as what it is not."""
         d = declared_size(compression, data)
-        if d is not None and (d.width > width or d.height > height):
-            raise SlideLimitError(f"{path}: {what}: its {d.codec} data declares {d.width} × {d.height} px, more than "
-                                  f"the {width} × {height} px the file declares for it (a decompression bomb or a "
-                                  f"damaged file)")
+        if d is None:
+            return
+        low = height if min_height is None else min_height
+        if d.width > width or d.height > height:
+            relation = "more than"
+        elif d.width < width or d.height < low:
+            relation = "fewer than"
+        else:
+            return
+        raise SlideLimitError(f"{path}: {what}: its {d.codec} data declares {d.width} × {d.height} px, {relation} "
+                              f"the {width} × {height} px the file declares for it (a decompression bomb or a "
+                              f"damaged file)")
 
 
 def slide_bytes(path: Path) -> int:
@@ -246,6 +293,11 @@ def _parse(var: str, raw: str, is_bytes: bool) -> int:
             or number < 1:
         raise ValueError(f"{var}={raw!r}: must be a whole number >= 1 (e.g. {example})")
     return int(number)
+
+
+def _at(index: int | str) -> str:
+    """"level 3" for a level number; a place given in words ("directory 0", "instance 5_0") as it is."""
+    return f"level {index}" if isinstance(index, int) else index
 
 
 def _sci(n: float) -> str:

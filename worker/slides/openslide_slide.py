@@ -1,4 +1,4 @@
-"""The OpenSlide reader: NDPI, MRXS, SCN, BIF, VMS, Philips TIFF and whatever TIFF tifffile misreads."""
+"""The OpenSlide reader: NDPI, MRXS, SCN, BIF, VMS, Philips and Trestle TIFF."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +9,8 @@ from worker.logfmt import one_line
 from worker.slides.colour import classify
 from worker.slides.limits import SlideLimits
 from worker.slides.slide import Level, Slide, SlideError, fail
+from worker.slides.tiff_structure import MAGIC as TIFF_MAGIC
+from worker.slides.tiff_structure import TiffStructure, read_tiff_structure
 
 #: Bytes per pixel OpenSlide decodes into (premultiplied ARGB, one uint32 per pixel), whatever the file stores.
 OPENSLIDE_PIXEL_BYTES = 4
@@ -37,8 +39,12 @@ class OpenSlideSlide(Slide):
     reader = "openslide"
 
     def __init__(self, path: str | Path, *, mpp_um: float | None = None, vendor: str | None = None,
-                 limits: SlideLimits | None = None):
+                 limits: SlideLimits | None = None, structure: TiffStructure | None = None):
         super().__init__(Path(path), limits)
+        if structure is None and self.path.is_file():
+            with open(self.path, "rb") as f:
+                if f.read(4) in TIFF_MAGIC:  # a vendor TIFF: its directories are held to the limits before libtiff
+                    read_tiff_structure(self.path, self.limits)
         import openslide
 
         try:

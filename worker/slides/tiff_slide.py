@@ -12,21 +12,25 @@ import numpy as np
 import tifffile
 
 from worker.logfmt import one_line
-from worker.slides.codec_headers import JPEG2000_COMPRESSIONS, JPEG_COMPRESSIONS
 from worker.slides.colour import classify
 from worker.slides.limits import SlideLimits
 from worker.slides.slide import Level, Slide, SlideError, fail
+from worker.slides.tiff_pages import (
+    SIZED_STREAMS,
+    codec_refusal,
+    describe_page,
+    is_usable,
+    jpeg_colorspaces,
+    planes,
+)
+from worker.slides.tiff_structure import TiffStructure, read_tiff_structure
+from worker.slides.tile_decode import decode_bounded, to_pixels
 
 # µm per unit, for OME's UnitsLength values we may meet on PhysicalSizeX/Y (both spellings of micro).
 _UNIT_UM = {
     "µm": 1.0, "μm": 1.0, "um": 1.0, "micron": 1.0, "micrometer": 1.0, "micrometre": 1.0,
     "nm": 1e-3, "pm": 1e-6, "Å": 1e-4, "mm": 1e3, "cm": 1e4, "m": 1e6,
 }
-# Tiles and strips of these codecs carry their own pixel size, checked against the file's before decoding.
-_SIZED_STREAMS = JPEG_COMPRESSIONS | JPEG2000_COMPRESSIONS
-
-#: TIFF flavours whose layout tifffile exposes but does not decode as a plain grid: OpenSlide reads them.
-OPENSLIDE_TIFF_FLAGS = ("ndpi", "scn", "philips", "bif", "qpi")
 
 
 class TiffSlide(Slide):
@@ -34,8 +38,11 @@ class TiffSlide(Slide):
 
     reader = "tifffile"
 
-    def __init__(self, path: str | Path, *, mpp_um: float | None = None, limits: SlideLimits | None = None):
+    def __init__(self, path: str | Path, *, mpp_um: float | None = None, limits: SlideLimits | None = None,
+                 structure: TiffStructure | None = None):
         super().__init__(Path(path), limits)
+        # What the directories declare, held to the limits before tifffile reads them (it loads every tile table).
+        self.structure = structure if structure is not None else read_tiff_structure(self.path, self.limits)
         try:
             # tifffile switches to NDPI's 64-bit offsets by the ".ndpi" suffix alone; NDPI goes to OpenSlide, so
             # any file that reaches this reader is parsed as the plain TIFF its content says it is.
@@ -43,7 +50,6 @@ class TiffSlide(Slide):
         except (tifffile.TiffFileError, ValueError, OSError, struct.error, IndexError) as exc:
             raise fail(self.path, f"damaged TIFF structure ({one_line(exc)})") from None
         try:
-            self.limits.check_directories(self.path, self._tif.pages)
             self.format = _tiff_format(self._tif)
             self.levels = self._find_levels()
             self._check_complete()
@@ -75,8 +81,8 @@ class TiffSlide(Slide):
                 continue
             if not pages:
                 continue
-            found.append(_describe_page(pages[0], s))
-            if _is_usable(pages[0]) and _planes(s, pages[0]) == 1:
+            found.append(describe_page(pages[0], s))
+            if is_usable(pages[0]) and planes(s, pages[0]) == 1:
                 candidates.append((s, pages))
         if not candidates:
             what = "; ".join(found[:3]) or "no image"
@@ -97,13 +103,18 @@ class TiffSlide(Slide):
             w, h = page.imagewidth, page.imagelength
             # Keep only true reductions of level 0: same aspect ratio, up to the rounding of small levels.
             dsx, dsy = w0 / w, h0 / h
-            if not _is_usable(page) or page.samplesperpixel != base.samplesperpixel:
+            if not is_usable(page) or page.samplesperpixel != base.samplesperpixel:
                 continue
             if abs(dsx - dsy) / dsx > 0.02 + 2.0 / w + 2.0 / h:
                 continue
             if levels and (w >= levels[-1].width or h >= levels[-1].height):
                 continue
             limits.check_level(self.path, len(levels), w, h)
+            refusal = codec_refusal(page)
+            if refusal is not None:
+                if not levels:
+                    raise fail(self.path, f"level 0: {refusal}")
+                continue  # a reduced level this reader cannot decode is left out; a finer one serves instead
             spp, nbytes = page.samplesperpixel, -(-page.bitspersample // 8)
             if page.is_tiled:
                 tw, th = page.tilewidth, page.tilelength
@@ -116,25 +127,18 @@ class TiffSlide(Slide):
                     if not levels:
                         limits.check_unit(self.path, 0, w, th, spp, nbytes, kind="strips", check_side=False)
                     continue  # a reduced level too costly to decode is left out; a finer one serves instead
-            levels.append(Level(len(levels), w, h, (w0 / w + h0 / h) / 2, tw, th, page, _jpeg_colorspaces(page)))
+            levels.append(Level(len(levels), w, h, (w0 / w + h0 / h) / 2, tw, th, page, jpeg_colorspaces(page)))
         return levels
 
     def _check_complete(self) -> None:
-        """Refuse a file shorter than its own directory says (a partial upload or copy), naming the cause."""
-        size = os.path.getsize(self.path)
-        end = 0
+        """Refuse a level one of whose stored tiles or strips is larger than the limits admit (the structure reader
+        has already refused data running past the file's end)."""
         for lv in self.levels:
-            offs, counts = lv.page.dataoffsets, lv.page.databytecounts
-            if len(offs):
-                end = max(end, max(o + c for o, c in zip(offs, counts) if c) if any(counts) else 0)
-                # Each stored tile or strip is read whole into memory before it is decoded (uncompressed strips
-                # aside, read by row): its stored size is bounded like its decoded size.
-                stored = int(max(counts))
-                if lv.tile_width or lv.page.compression != 1:
-                    self.limits.check_stored(self.path, lv.index, stored)
-        if end > size:
-            raise fail(self.path, f"truncated: the file is {size:,} bytes but its image data runs to {end:,} bytes "
-                                  f"(a partial upload or copy?)")
+            counts = np.asarray(lv.page.databytecounts, np.int64)
+            # Each stored tile or strip is read whole into memory before it is decoded (uncompressed strips aside,
+            # read by row): its stored size is bounded like its decoded size.
+            if counts.size and (lv.tile_width or lv.page.compression != 1):
+                self.limits.check_stored(self.path, lv.index, int(counts.max()))
 
     def _calibration_sources(self) -> str:
         return "no OME PhysicalSizeX/Y, no Aperio MPP, no X/YResolution in CENTIMETER or INCH"
@@ -227,12 +231,17 @@ class TiffSlide(Slide):
                 return np.full((level.tile_height, level.tile_width, c), 255, np.uint8)
             out[:] = 255
             return out
-        data = self._pread(count, offset, f"level {level.index} tile ({tx}, {ty})")
+        what = f"level {level.index} tile ({tx}, {ty})"
+        data = self._pread(count, offset, what)
+        if page.compression not in SIZED_STREAMS:
+            tile = self._decode_bounded(level, data, what, level.tile_height, level.tile_height)
+            if out is not None:
+                out[:] = tile
+                return out
+            return tile
+        # The decoder allocates what the stream declares: it must declare this tile's size, no more, no less.
+        self.limits.check_stream(self.path, what, page.compression, data, level.tile_width, level.tile_height)
         direct = out is not None and level.jpeg is not None and out.flags.c_contiguous and c == 3
-        if not direct and page.compression in _SIZED_STREAMS:
-            # tifffile would allocate what the stream declares (the direct decode refuses a mismatch by itself).
-            self.limits.check_stream(self.path, f"level {level.index} tile ({tx}, {ty})", page.compression, data,
-                                     level.tile_width, level.tile_height)
         try:
             if direct:
                 colorspace, outcolorspace = level.jpeg
@@ -243,12 +252,25 @@ class TiffSlide(Slide):
                 return out
             segment, _, _ = page.decode(data, index, jpegtables=page.jpegtables)
         except Exception as exc:  # noqa: BLE001 - codec errors come in many types
-            raise fail(self.path, f"level {level.index} tile ({tx}, {ty}) does not decode ({one_line(exc)})") from None
+            raise fail(self.path, f"{what} does not decode ({one_line(exc)})") from None
         tile = segment.reshape(level.tile_height, level.tile_width, -1)[..., :c]
         if out is not None:
             out[:] = tile
             return out
         return tile
+
+    def _decode_bounded(self, level: Level, data: bytes, what: str, rows: int, min_rows: int) -> np.ndarray:
+        """A tile (or strip: `level.width` wide) of a codec without its own size header, decoded into exactly the
+        bytes its declared shape takes (a last strip may hold from `min_rows` rows) as (rows, width, C)."""
+        page = level.page
+        width = level.tile_width or level.width
+        spp = page.samplesperpixel
+        shape = f"{width} × {rows} px × {spp} sample{'s' if spp != 1 else ''}"
+        raw = decode_bounded(self.path, what, page.compression, data, rows * width * spp,
+                             min_bytes=min_rows * width * spp, shape=shape)
+        got = len(raw) // (width * spp)
+        pixels = to_pixels(raw, got, width, spp, predictor=int(page.predictor), fill_order=int(page.fillorder))
+        return pixels[..., : self._channels]
 
     def _pread(self, count: int, offset: int, what: str) -> bytes:
         data = os.pread(self._fd, count, offset)
@@ -309,15 +331,18 @@ class TiffSlide(Slide):
         if count == 0:
             strip = np.full((rows, level.width, c), 255, np.uint8)
         else:
-            data = self._pread(count, offset, f"level {level.index} strip {index}")
-            if page.compression in _SIZED_STREAMS:
-                self.limits.check_stream(self.path, f"level {level.index} strip {index}", page.compression, data,
-                                         level.width, level.tile_height)
-            try:
-                segment, _, _ = page.decode(data, index, jpegtables=page.jpegtables)
-            except Exception as exc:  # noqa: BLE001
-                raise fail(self.path, f"level {level.index} strip {index} does not decode ({one_line(exc)})") from None
-            strip = segment.reshape(-1, level.width, segment.shape[-1])[:rows, :, :c]
+            what = f"level {level.index} strip {index}"
+            data = self._pread(count, offset, what)
+            if page.compression not in SIZED_STREAMS:
+                strip = self._decode_bounded(level, data, what, level.tile_height, rows)[:rows, :, :c]
+            else:
+                self.limits.check_stream(self.path, what, page.compression, data, level.width, level.tile_height,
+                                         min_height=rows)
+                try:
+                    segment, _, _ = page.decode(data, index, jpegtables=page.jpegtables)
+                except Exception as exc:  # noqa: BLE001
+                    raise fail(self.path, f"{what} does not decode ({one_line(exc)})") from None
+                strip = segment.reshape(-1, level.width, segment.shape[-1])[:rows, :, :c]
         self.cache.put(key, strip)
         return strip
 
@@ -410,52 +435,6 @@ def _parts(idx: np.ndarray, size: int, n: int) -> list:
     return parts
 
 
-def _jpeg_colorspaces(page) -> tuple | None:
-    try:
-        if (
-            page.compression == 7 and page.is_tiled and page.samplesperpixel == 3 and page.bitspersample == 8
-            and page.planarconfig == 1 and not page.extrasamples and page.fillorder == 1
-        ):
-            return tifffile.tifffile.jpeg_decode_colorspace(
-                page.photometric, page.planarconfig, page.extrasamples, page.is_jfif
-            )
-    except Exception:  # noqa: BLE001 - anything odd: let tifffile decode it
-        pass
-    return None
-
-
-def _is_usable(page) -> bool:
-    """8-bit RGB (or YCbCr JPEG) with 3-4 samples, or 8-bit single-channel grayscale."""
-    try:
-        if page.dtype != np.uint8:
-            return False
-        if page.samplesperpixel in (3, 4) and int(page.photometric) in (2, 6):  # RGB, YCbCr (JPEG)
-            return True
-        return page.samplesperpixel == 1 and int(page.photometric) in (0, 1)  # MINISWHITE/MINISBLACK
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _planes(series, page) -> int:
-    """Images stacked in a series beyond one (channels, z, time): a multi-channel stack is not one RGB image."""
-    try:
-        n = int(np.prod(series.shape))
-        return max(1, n // max(1, page.imagewidth * page.imagelength * page.samplesperpixel))
-    except Exception:  # noqa: BLE001
-        return 1
-
-
-def _describe_page(page, series) -> str:
-    """A few words on what an image is, for the refusal of a slide that is not RGB: dtype, samples, channels."""
-    try:
-        photometric = page.photometric.name if hasattr(page.photometric, "name") else str(page.photometric)
-        shape = "x".join(str(n) for n in series.shape)
-        axes = getattr(series, "axes", "")
-        return f"{page.dtype} {photometric} {shape} {axes}".strip()
-    except Exception:  # noqa: BLE001
-        return "an unreadable image"
-
-
 def _tiff_format(tif: tifffile.TiffFile) -> str:
     if getattr(tif, "is_svs", False):
         return "Aperio SVS"
@@ -464,18 +443,10 @@ def _tiff_format(tif: tifffile.TiffFile) -> str:
     return "pyramidal TIFF" if len(tif.series) and len(tif.series[0].levels) > 1 else "TIFF"
 
 
-def tiff_flavour(tif: tifffile.TiffFile) -> str | None:
-    """The vendor flavour of a TIFF that OpenSlide, not this reader, must decode ("ndpi", "scn", ...), or None."""
-    first = tif.pages.first  # the page-level flags read the tags (content), not the file name
-    for flag in OPENSLIDE_TIFF_FLAGS:
-        if getattr(first, f"is_{flag}", False):
-            return flag
-    return None
-
-
-def open_tiff(path: Path, mpp_um: float | None, limits: SlideLimits | None = None) -> TiffSlide:
-    """Open with tifffile and decode one tile, so a slide tifffile cannot decode fails here (SlideError)."""
-    slide = TiffSlide(path, mpp_um=mpp_um, limits=limits)
+def open_tiff(path: Path, mpp_um: float | None, limits: SlideLimits | None = None,
+              structure: TiffStructure | None = None) -> TiffSlide:
+    """Open with tifffile and decode one tile, so a slide whose tiles do not decode fails here (SlideError)."""
+    slide = TiffSlide(path, mpp_um=mpp_um, limits=limits, structure=structure)
     try:
         slide.probe()
     except SlideError:

@@ -88,8 +88,9 @@ def oversized_stream_tile(path: Path, stream_side: int = 4096, *, tile: int = 51
 
 def forbid_decoding(monkeypatch) -> list[str]:
     """Make every way the readers turn stored bytes into pixels fail loudly (AssertionError) and record its name:
-    the tifffile reader's tile, strip and region reads and tifffile's and imagecodecs' decoders, OpenSlide's and
-    wsidicom's region reads, and the readers' colour sampling. Returns the record (empty: nothing was decoded)."""
+    the tifffile reader's tile, strip and region reads and tifffile's and imagecodecs' decoders (those the
+    bounded decode calls included), OpenSlide's and wsidicom's region reads, and the readers' colour sampling.
+    Returns the record (empty: nothing was decoded)."""
     import imagecodecs
     import openslide
     import wsidicom
@@ -110,7 +111,9 @@ def forbid_decoding(monkeypatch) -> list[str]:
     for owner, name in [(TiffSlide, "read_tile"), (TiffSlide, "_strip"), (TiffSlide, "_read_raw"),
                         (OpenSlideSlide, "_read_raw"), (DicomSlide, "_read_raw"), (Slide, "_sample_raw"),
                         (openslide.OpenSlide, "read_region"), (wsidicom.WsiDicom, "read_region"),
-                        (imagecodecs, "jpeg8_decode"), (imagecodecs, "jpeg2k_decode"), (imagecodecs, "zlib_decode")]:
+                        (imagecodecs, "jpeg8_decode"), (imagecodecs, "jpeg2k_decode"), (imagecodecs, "zlib_decode"),
+                        (imagecodecs, "deflate_decode"), (imagecodecs, "lzw_decode"), (imagecodecs, "packbits_decode"),
+                        (imagecodecs, "zstd_decode")]:
         monkeypatch.setattr(owner, name, forbidden(f"{getattr(owner, '__name__', owner)}.{name}"))
     monkeypatch.setattr(tifffile.TiffPage, "decode", property(lambda page: forbidden("TiffPage.decode")()))
     return calls

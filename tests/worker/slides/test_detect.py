@@ -16,7 +16,7 @@ from shared_slides import REAL, needs_real_slides  # noqa: E402
 from slide_bombs import forbid_decoding, replicated_tile_bomb  # noqa: E402
 from test_limits import LIFTED  # noqa: E402
 
-from worker.slides import SlideLimitError, SlideLimits, detect, open_slide, use_limits  # noqa: E402
+from worker.slides import SlideError, SlideLimitError, SlideLimits, detect, open_slide, use_limits  # noqa: E402
 
 
 def _pyramid(path: Path) -> Path:
@@ -62,8 +62,8 @@ def test_a_vendor_tiffs_directories_are_checked_before_openslide_parses_it(monke
     ndpi = REAL / "test3-TRITC-2-560.ndpi"
     with pytest.raises(SlideLimitError) as info:
         open_slide(ndpi, limits=replace(LIFTED, max_pixels=3968 * 4864 - 1))
-    assert str(info.value) == (f"{ndpi}: level 0 declares 3968 × 4864 px (1.9e7 px) over the limit of 1.9e7 px "
-                               f"(SLIDE_MAX_PIXELS)")
+    assert str(info.value) == (f"{ndpi}: directory 0 declares 3968 × 4864 px (1.9e7 px) over the limit of 1.9e7 "
+                               f"px (SLIDE_MAX_PIXELS)")
     assert opened == []
     with open_slide(ndpi, limits=replace(LIFTED, max_pixels=3968 * 4864)) as s:
         assert s.reader == "openslide" and opened
@@ -82,3 +82,28 @@ def test_the_environment_sets_the_default_and_a_block_or_an_argument_overrides_i
     monkeypatch.setenv("SLIDE_MAX_LEVELS", "2")
     with open_slide(p) as s:
         assert s.limits.max_levels == 2
+
+
+def test_a_tiff_whose_tiles_do_not_decode_is_refused_by_its_reader_never_handed_to_openslide(tmp_path, monkeypatch):
+    # One parser per file: tifffile's reader was chosen from the content; its verdict is final.
+    from crafted import tiled_rgb
+
+    p = tiled_rgb(tmp_path / "damaged.tif", 1024, 1024, 512, compression=8, stream=b"this is not deflate" * 40)
+    handed = []
+    monkeypatch.setattr(detect, "OpenSlideSlide", lambda *a, **k: handed.append(a))
+    monkeypatch.setattr(detect, "detect_format", lambda *a, **k: handed.append(a))
+    with pytest.raises(SlideError) as info:
+        open_slide(p)
+    assert str(info.value).startswith(f"{p}: level 0 tile (0, 0) does not decode (")
+    assert handed == []
+
+
+@needs_real_slides
+def test_an_svs_or_ome_tiff_never_loads_openslide(monkeypatch):
+    import sys as _sys
+
+    monkeypatch.delitem(_sys.modules, "openslide", raising=False)
+    monkeypatch.setattr(detect, "detect_format", lambda *a, **k: pytest.fail("OpenSlide was asked"))
+    for name in ("CMU-1-Small-Region.svs", "OS-1-detail.ome.tif"):
+        with open_slide(REAL / name) as s:
+            assert s.reader == "tifffile"

@@ -23,7 +23,8 @@ from worker.slides import limits as limits_module  # noqa: E402
 from worker.slides.limits import ENV, SlideLimits, current_limits, slide_bytes, use_limits  # noqa: E402
 
 LIFTED = SlideLimits(max_pixels=10**15, max_tile_side_px=10**6, max_decoded_bytes=2**50, max_levels=10**4,
-                     max_file_bytes=2**60, max_tiff_directories=10**6)
+                     max_file_bytes=2**60, max_tiff_directories=10**6, max_tiles=10**12, min_tile_side_px=1,
+                     max_header_bytes=2**60)
 """Limits nothing real reaches: a test that lowers one field starts from here, so only that field can refuse."""
 
 
@@ -48,11 +49,14 @@ def test_every_field_has_an_env_var_and_a_docstring_with_its_default_and_reason(
 def test_the_defaults_are_the_documented_figures():
     d = SlideLimits()
     assert (d.max_pixels, d.max_tile_side_px, d.max_decoded_bytes, d.max_levels, d.max_file_bytes,
-            d.max_tiff_directories) == (4 * 10**10, 8192, 256 * 2**20, 32, 64 * 2**30, 1024)
+            d.max_tiff_directories, d.max_tiles, d.min_tile_side_px, d.max_header_bytes) == (
+        4 * 10**10, 8192, 256 * 2**20, 32, 64 * 2**30, 1024, 2**21, 16, 64 * 2**20)
     # The defaults hold the largest real slides quoted in the docstrings, with room to spare.
     assert 97_792 * 221_184 * 1.5 < d.max_pixels  # CAMELYON16 at 40x
     assert d.unit_fits(8192, 8192, 4, 1)  # a maximal tile, decoded by OpenSlide into ARGB
     assert d.unit_fits(4096, 16, 4, 1)  # the Hamamatsu TIFF's tiles
+    assert d.max_tiles > 3 * -(-d.max_pixels // (240 * 240))  # a level at max_pixels in Aperio's tiles, 3x over
+    assert d.max_tiles * 16 <= d.max_header_bytes // 2  # its BigTIFF offset and byte-count arrays fit, twice over
 
 
 # -- the environment -----------------------------------------------------------------------------------------------
@@ -68,6 +72,9 @@ def test_the_defaults_are_the_documented_figures():
     ("SLIDE_MAX_FILE_BYTES", "64Gi", "max_file_bytes", 64 * 2**30),
     ("SLIDE_MAX_FILE_BYTES", "1000000", "max_file_bytes", 1_000_000),
     ("SLIDE_MAX_TIFF_DIRS", "64", "max_tiff_directories", 64),
+    ("SLIDE_MAX_TILES", "1e6", "max_tiles", 1_000_000),
+    ("SLIDE_MIN_TILE_PX", "32", "min_tile_side_px", 32),
+    ("SLIDE_MAX_HEADER_BYTES", "16MiB", "max_header_bytes", 16 * 2**20),
 ])
 def test_each_variable_sets_its_field_and_only_that(var, raw, field, value):
     got = SlideLimits.from_env({var: raw})
@@ -132,18 +139,35 @@ BOUNDS = [  # field, the slide's own figure (the largest value that still refuse
     ("max_decoded_bytes", 256 * 256 * 3),
     ("max_levels", 2),
     ("max_tiff_directories", 2),
+    ("max_tiles", 8 * 4),
+    ("max_header_bytes", None),  # what the structure reader counts: found below
 ]
 
 
 @pytest.mark.parametrize("field, figure", BOUNDS, ids=[b[0] for b in BOUNDS])
 def test_each_limit_refuses_one_below_the_slides_figure_and_admits_it(tmp_path, field, figure):
     p = _slide(tmp_path / "s.tif")
+    if figure is None:
+        from worker.slides.tiff_structure import read_tiff_structure
+
+        figure = read_tiff_structure(p, LIFTED).header_bytes
+        assert 500 < figure < 5000
     with open_slide(p, limits=replace(LIFTED, **{field: figure})):
         pass
     with pytest.raises(SlideLimitError) as info:
         open_slide(p, limits=replace(LIFTED, **{field: figure - 1}))
     text = str(info.value)
     assert text.startswith(f"{p}: ") and f"({ENV[field]})" in text and "\n" not in text
+
+
+def test_the_minimum_tile_side_refuses_one_above_the_slides_tiles_and_admits_them(tmp_path):
+    p = _slide(tmp_path / "s.tif")
+    with open_slide(p, limits=replace(LIFTED, min_tile_side_px=256)):
+        pass
+    with pytest.raises(SlideLimitError) as info:
+        open_slide(p, limits=replace(LIFTED, min_tile_side_px=257))
+    assert str(info.value) == (f"{p}: directory 0 declares tiles of 256 × 256 px under the minimum of 257 px per "
+                               f"side (SLIDE_MIN_TILE_PX)")
 
 
 def test_the_file_size_limit_is_exact_too(tmp_path):

@@ -30,7 +30,7 @@ def test_openslide_opens_the_bomb_and_the_reader_refuses_it_before_reading_a_pix
     calls = forbid_decoding(monkeypatch)
     with pytest.raises(SlideLimitError) as info:
         OpenSlideSlide(bomb)
-    assert str(info.value) == (f"{bomb}: level 0 declares 1000000 × 1000000 px (1.0e12 px) over the limit of "
+    assert str(info.value) == (f"{bomb}: directory 0 declares 1000000 × 1000000 px (1.0e12 px) over the limit of "
                                f"4.0e10 px (SLIDE_MAX_PIXELS)")
     assert calls == []
 
@@ -47,8 +47,8 @@ def test_openslide_tiles_are_bounded_by_side_and_by_their_argb_bytes(tmp_path, m
     bomb = replicated_tile_bomb(tmp_path / "bomb.tif", 8192, 8192)  # 4096 px tiles, as OpenSlide reports them
     with pytest.raises(SlideLimitError) as info:
         OpenSlideSlide(bomb, limits=replace(LIFTED, max_tile_side_px=4095))
-    assert str(info.value) == (f"{bomb}: level 0 declares tiles of 4096 × 4096 px over the limit of 4095 px per side "
-                               f"(SLIDE_MAX_TILE_PX)")
+    assert str(info.value) == (f"{bomb}: directory 0 declares tiles of 4096 × 4096 px over the limit of 4095 px per "
+                               f"side (SLIDE_MAX_TILE_PX)")
     with pytest.raises(SlideLimitError) as info:
         OpenSlideSlide(bomb, limits=replace(LIFTED, max_decoded_bytes=4096 * 4096 * 4 - 1))
     assert "tiles of 4096 × 4096 px × 4 samples × 1 byte (64 MiB decoded each)" in str(info.value)
@@ -68,7 +68,7 @@ def test_ndpi_restart_interval_rows_are_bounded_by_bytes_not_by_their_width(monk
     assert "level 0 declares tiles of 3968 × 8 px × 4 samples × 1 byte (124 KiB decoded each)" in str(info.value)
     with pytest.raises(SlideLimitError, match=r"declares 7 pyramid levels over the limit of 6 \(SLIDE_MAX_LEVELS\)"):
         OpenSlideSlide(REAL / NDPI, limits=replace(LIFTED, max_levels=6))
-    with pytest.raises(SlideLimitError, match=r"level 0 declares 3968 × 4864 px \(1.9e7 px\)"):
+    with pytest.raises(SlideLimitError, match=r"directory 0 declares 3968 × 4864 px \(1.9e7 px\)"):
         OpenSlideSlide(REAL / NDPI, limits=replace(LIFTED, max_pixels=3968 * 4864 - 1))
     assert calls == []
 

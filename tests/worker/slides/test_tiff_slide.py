@@ -23,7 +23,7 @@ from test_limits import LIFTED  # noqa: E402
 
 from worker.slides import SlideError, SlideLimitError, SlideLimits, TiffSlide, open_slide  # noqa: E402
 
-BOMB_LINE = "level 0 declares 1000000 × 1000000 px (1.0e12 px) over the limit of 4.0e10 px (SLIDE_MAX_PIXELS)"
+BOMB_LINE = "directory 0 declares 1000000 × 1000000 px (1.0e12 px) over the limit of 4.0e10 px (SLIDE_MAX_PIXELS)"
 
 
 @pytest.mark.parametrize("compression", ["jpeg", "zlib"])
