@@ -2,9 +2,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 CHECKOV_VENV ?= .venv-checkov
+DOCS_VENV ?= .venv-docs
 PY := $(VENV)/bin/python
 
-.PHONY: demo test synth check charts worker-demo bench wheel image clean
+.PHONY: demo test synth check charts worker-demo bench wheel image docs clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.txt worker/requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +18,13 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install -q --upgrade pip
 	$(CHECKOV_VENV)/bin/python -m pip install -q -r requirements-checkov.txt
+	touch $@
+
+# The documentation site's tools (mkdocs, material, mkdocstrings): a virtualenv of their own, so .venv stays light.
+$(DOCS_VENV)/.installed: requirements-docs.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DOCS_VENV)/bin/python -m pip install -q -r requirements-docs.txt
 	touch $@
 
 ## demo: the offline synth, the policy check and the deploy rehearsal on its plan, and the worker on synthetic slides
@@ -41,8 +49,15 @@ $(IAM_ORACLE)/node_modules/.installed: $(IAM_ORACLE)/package-lock.json
 	npm ci --prefix $(IAM_ORACLE) --no-audit --no-fund
 	touch $@
 
+# pyright, pinned, for tests/test_types.py (mypy is pinned in requirements-dev.txt): an npm package, from its lock.
+PYRIGHT_DIR := tools/pyright
+$(PYRIGHT_DIR)/node_modules/.installed: $(PYRIGHT_DIR)/package-lock.json
+	npm ci --prefix $(PYRIGHT_DIR) --no-audit --no-fund
+	touch $@
+
 ## test: every test (about 5 minutes on 2 cores)
-test: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(IAM_ORACLE)/node_modules/.installed
+test: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(DOCS_VENV)/.installed $(IAM_ORACLE)/node_modules/.installed \
+		$(PYRIGHT_DIR)/node_modules/.installed
 	CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(PY) -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 synth: $(VENV)/.installed
@@ -59,10 +74,11 @@ charts: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m worker bench --quick
 
-## wheel: the one distribution (components as gpuburst, the pack as gpuburst.policy, the worker recipe) into .whl/
-wheel: $(VENV)/.installed
-	rm -rf build .whl/gpuburst-*.whl  # setuptools reuses build/lib: a module deleted here would linger in the wheel
-	$(PY) -m pip wheel -q --no-deps -w .whl .
+## wheel: the one distribution (components as gpuburst, the pack as gpuburst.policy, the worker recipe) into .whl/;
+## needs only $(PYTHON)'s pip (no virtualenv is made), and works after any earlier build or `pip install .` here
+wheel:
+	rm -rf .whl/gpuburst-*.whl  # setup.py empties build/lib's package itself, so nothing an earlier build left lingers
+	$(PYTHON) -m pip wheel -q --no-deps -w .whl .
 
 ## image: build worker/Dockerfile (docker buildx, podman or buildah), smoke-test it on CMU-1, print its layer sizes.
 ## BASE_IMAGE=REF (default: the catalogue's WORKER_BASE_IMAGE), CA_BUNDLE=FILE|none (pip's CA, a build secret),
@@ -71,5 +87,10 @@ image:
 	$(PYTHON) scripts/build_image.py $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) \
 		$(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE)) $(IMAGE_ARGS)
 
+## docs: the documentation site (guides, and the API reference generated from the docstrings), built offline and
+## strictly into site/ (docs/about-these-docs.md); `$(DOCS_VENV)/bin/mkdocs serve` serves it with live reload
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out .pytest_cache site

@@ -10,6 +10,11 @@ this file, which only replaces `build_py`. After the packages are built it
 2. rewrites the `virtualenv` of the installed pack's PulumiPolicy.yaml (`gpuburst/policy/`): see
    `installed_policy_yaml` for why it points five folders up.
 
+Nothing an earlier build left is read: pip builds a checkout in place, so a second `pip install .` (an upgrade from
+the same checkout) finds the first build's `build/lib`, whose PulumiPolicy.yaml is already rewritten and whose
+modules may be ones since deleted. So the package's folder in build/lib is emptied before each build, and the
+rewrite always starts from the repository's own policies/PulumiPolicy.yaml (`write_installed_policy_yaml`).
+
 The editable install (`pip install -e .`, the Makefile's) copies nothing: it reads `worker/` and `policies/` in
 place, and `recipe.worker_recipe_dir()` falls back to the repository root.
 """
@@ -81,19 +86,29 @@ def installed_policy_yaml(text: str) -> str:
     return note + new
 
 
+def write_installed_policy_yaml(source: Path, target: Path) -> None:
+    """Write the installed pack's PulumiPolicy.yaml to `target`, rewritten from the repository's file `source`
+    (never from `target`, which an earlier build may have rewritten already)."""
+    text = installed_policy_yaml(source.read_text(encoding="utf-8"))
+    if target.exists() or target.is_symlink():
+        target.unlink()  # never write through a hard link to the source file
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+
+
 class BuildWithRecipe(build_py):
     """`build_py`, then the worker recipe and the installed pack's PulumiPolicy.yaml (see the module docstring)."""
 
     def run(self) -> None:
-        super().run()
-        if getattr(self, "editable_mode", False):
-            return  # an editable install reads worker/ and policies/ in place
+        editable = getattr(self, "editable_mode", False)
         package = Path(self.build_lib) / "gpuburst"
+        if not editable and package.exists():
+            shutil.rmtree(package)  # what an earlier build left (a rewritten yaml, deleted modules) never lingers
+        super().run()
+        if editable:
+            return  # an editable install reads worker/ and policies/ in place
         copy_recipe(HERE / "worker", package / _recipe().RECIPE_DIR / "worker")
-        pack_yaml = package / "policy" / "PulumiPolicy.yaml"
-        text = installed_policy_yaml(pack_yaml.read_text(encoding="utf-8"))
-        pack_yaml.unlink()  # never write through a hard link to the source file
-        pack_yaml.write_text(text, encoding="utf-8")
+        write_installed_policy_yaml(HERE / "policies" / "PulumiPolicy.yaml", package / "policy" / "PulumiPolicy.yaml")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ CHARTS_HELP = ("chart cache folder of <chart>-<version>.tgz archives (default: $
 
 def _synth(argv: list[str]) -> int:
     from .spec.validation import ConfigError
+    from .synth.charts import shallow_fix
     from .synth.synth import SynthError, checkov_charts, summary, synth
 
     parser = argparse.ArgumentParser(
@@ -34,14 +36,16 @@ def _synth(argv: list[str]) -> int:
     parser.add_argument("--charts", type=Path, default=None, help=CHARTS_HELP)
     args = parser.parse_args(argv)
     try:
+        # The program's pulumi.log lines (info, warning, error) as they come, as `pulumi preview` shows them.
         result = synth(args.stack, args.out, project_dir=args.project_dir, stack_file=args.stack_file,
-                       charts=args.charts)
+                       charts=args.charts, on_log=lambda line: print(line, file=sys.stderr, flush=True))
     except (SynthError, ConfigError) as e:
         print(f"synth: {e}", file=sys.stderr)
         return 2
     for entry in result.plan.get("shallow") or []:
+        fix = shallow_fix(entry, PROG)
         print(f"synth: chart {entry['chart']} {entry['version']} not rendered: {entry['reason']}; the plan is "
-              f"shallow (fill the cache with `{PROG} charts pull`)", file=sys.stderr)
+              f"shallow{f' ({fix})' if fix else ''}", file=sys.stderr)
     checkov_charts(result)
     print(summary(result))
     return 0
@@ -49,14 +53,26 @@ def _synth(argv: list[str]) -> int:
 
 def _charts(argv: list[str]) -> int:
     from . import catalogue
-    from .synth.charts import PULL_TIMEOUT_S, ChartError, pull, pull_destination
+    from .spec.extras import is_installed, missing_message
+    from .spec.validation import ConfigError
+    from .synth.charts import PULL_TIMEOUT_S, ChartError, archive_name, pull, pull_destination, search_path
+    from .synth.synth import SynthError, stack_charts
 
     parser = argparse.ArgumentParser(
         prog=f"{PROG} charts",
-        description="`pull`: download every chart of catalogue.CHARTS (components/catalogue/pins.py), at its "
-                    "pinned version, from its repository into the chart cache the synth renders from (needs the "
-                    "network).")
+        description="`pull`: download the Helm charts the stack renders (its program run offline under mocks, as "
+                    "the synth runs it: the charts its plan has, at their versions) from their repositories into "
+                    "the chart cache the synth renders from (needs the network; a stack that renders no chart needs "
+                    "nothing). --all: every chart of catalogue.CHARTS (components/catalogue/pins.py) instead.")
     parser.add_argument("action", choices=["pull"])
+    parser.add_argument("--project-dir", type=Path, default=Path("."),
+                        help="the Pulumi project whose charts to pull: the folder of its Pulumi.yaml (default: the "
+                             "working folder)")
+    parser.add_argument("--stack", default="dev", help="stack whose Pulumi.<stack>.yaml to read (default: dev)")
+    parser.add_argument("--stack-file", type=Path, default=None,
+                        help="read the config from this YAML file instead of Pulumi.<stack>.yaml")
+    parser.add_argument("--all", action="store_true",
+                        help="every pinned chart of the catalogue, whatever the stack renders (no program is run)")
     parser.add_argument("--charts", type=Path, default=None,
                         help="chart cache to fill (default: $GPUBURST_CHARTS, else $XDG_CACHE_HOME/gpuburst/charts or "
                              "~/.cache/gpuburst/charts; never ../shared/charts, which the synth reads before it)")
@@ -64,19 +80,31 @@ def _charts(argv: list[str]) -> int:
                         help=f"seconds to wait for each chart (default: {PULL_TIMEOUT_S:g})")
     parser.add_argument("--if-missing", action="store_true",
                         help="pull only the charts the synth would not find (in --charts, $GPUBURST_CHARTS, "
-                             "../shared/charts or the user cache); with all of them there, touch no network")
+                             "../shared/charts or the user cache); with all of them there, or none needed, touch no "
+                             "network")
     args = parser.parse_args(argv)
     cache, source = pull_destination(args.charts)
-    pins = list(catalogue.CHARTS.values())
+    if args.all:
+        pins, what = list(catalogue.CHARTS.values()), "pinned charts"
+    else:
+        try:
+            pins, what = stack_charts(args.stack, args.project_dir, args.stack_file), "charts the stack renders"
+        except (SynthError, ConfigError) as e:
+            print(f"charts pull: {e}", file=sys.stderr)
+            return 2
+        if not pins:
+            print(f"charts: stack {args.stack} renders no Helm chart: nothing to pull")
+            return 0
     if args.if_missing:
-        from .synth.charts import archive_name, search_path
-
         where = search_path(args.charts)
+        wanted = len(pins)
         pins = [p for p in pins if not any((d / archive_name(p.chart, p.version)).is_file() for d in where)]
         if not pins:
-            print(f"charts: all {len(catalogue.CHARTS)} pinned charts are in the chart cache "
-                  f"({', '.join(str(d) for d in where)})")
+            print(f"charts: all {wanted} {what} are in the chart cache ({', '.join(str(d) for d in where)})")
             return 0
+    if not is_installed("helm_python"):
+        print(f"charts pull: {missing_message('helm_python', 'pulling a Helm chart')}", file=sys.stderr)
+        return 2
     try:
         for line in pull(cache, timeout_s=args.timeout, charts=pins):
             print(line)
@@ -87,7 +115,21 @@ def _charts(argv: list[str]) -> int:
     return 0
 
 
+def _missing(command: str, modules: tuple[str, ...]) -> int | None:
+    """2 after one line on stderr when a package `command` needs (an extra's, spec/extras.py) is not installed."""
+    from .spec.extras import is_installed, missing_message
+
+    for module in modules:
+        if not is_installed(module):
+            print(f"{command}: {missing_message(module, f'{PROG} {command}')}", file=sys.stderr)
+            return 2
+    return None
+
+
 def _verify(argv: list[str]) -> int:
+    missing = _missing("verify", ("boto3", "kubernetes", "jsonschema"))
+    if missing is not None:
+        return missing
     from .verify.cli import main
 
     return main(argv)
@@ -100,6 +142,9 @@ def _rehearse(argv: list[str]) -> int:
 
 
 def _deploy(argv: list[str]) -> int:
+    missing = _missing("deploy", ("boto3",))
+    if missing is not None:
+        return missing
     from .deploy_command import main
 
     return main(argv, f"{PROG} deploy")
@@ -174,6 +219,11 @@ def _plan_burst(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.deadline is not None or args.budget is not None:
         return _advise(args)
+    from .spec.extras import is_installed, missing_message
+
+    if args.out is not None and not is_installed("matplotlib"):
+        print(f"plan-burst: {missing_message('matplotlib', '--out (the PNG timelines)')}", file=sys.stderr)
+        return 2
     try:
         bursts = [parse_burst(b) for b in args.burst]
         if args.trace is not None and bursts:
@@ -323,12 +373,31 @@ COMMANDS = {"synth": _synth, "charts": _charts, "verify": _verify, "plan-burst":
             "policy-pack": _policy_pack, "rehearse": _rehearse, "deploy": _deploy}
 
 
+SIGPIPE_EXIT = 141
+"""The exit status when stdout's reader went away (`... | head`): 128 + SIGPIPE, what a shell reports for a tool that
+the signal ended."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; when the reader of stdout closes early (`synth | head`), end quietly with SIGPIPE_EXIT."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here at the latest, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # The Python documentation's recipe (signal module, "Note on SIGPIPE"): point stdout at devnull, so the
+        # interpreter's own flush at exit finds no closed pipe to complain about.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return SIGPIPE_EXIT
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(f"usage: {PROG} {{synth,charts,verify,plan-burst,check,policy-pack,rehearse,deploy}} [options]\n\n"
               "  synth   render the whole stack offline under Pulumi mocks (out/plan.json, out/manifests/)\n"
-              "  charts  `charts pull`: fill the chart cache with the pinned Helm charts (online)\n"
+              "  charts  `charts pull`: fill the chart cache with the Helm charts the stack renders (online)\n"
               "  verify  post-upgrade checks against the live cluster and AWS (exit 1 on any failure)\n"
               "  plan-burst  model a burst or a trace: time to first/last result, latency and cost, ScaledJob vs "
               "consumer;\n              with --deadline/--budget, the cheapest configurations that meet it and the "

@@ -43,7 +43,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from .cluster import LOG_RETENTION_DAYS
+from .catalogue import LOG_RETENTION_DAYS
 from .keys import LOGS_KEY_ACTIONS
 from .queue import _is_email_list
 from .spec.audit_documents import (
@@ -105,7 +105,7 @@ class AuditTrailArgs:
     lock_days: int = 365
     """Days every log file version stays locked (1..36500). Default 365."""
     log_retention_days: int = 365
-    """Retention of the CloudWatch Logs copy, one of CloudWatch Logs' periods (`cluster.LOG_RETENTION_DAYS`). The
+    """Retention of the CloudWatch Logs copy, one of CloudWatch Logs' periods (`catalogue.LOG_RETENTION_DAYS`). The
     bucket keeps the record; the log group feeds the alarms and searches. Default 365."""
     tags: dict[str, str] = field(default_factory=dict)
     """Tags on every taggable resource. Default none."""
@@ -162,6 +162,12 @@ class AuditTrail(pulumi.ComponentResource):
     log_group_name: str
     topic_arn: pulumi.Output[str]
     alarm_names: list[str]
+    key: aws.kms.Key
+    bucket: aws.s3.Bucket
+    lock: aws.s3.BucketObjectLockConfiguration
+    log_group: aws.cloudwatch.LogGroup
+    trail: aws.cloudtrail.Trail
+    topic: aws.sns.Topic
 
     def __init__(self, name: str, args: AuditTrailArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         names = validate_args(args)

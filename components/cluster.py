@@ -9,15 +9,23 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from .catalogue import DEFAULT_SUPPORT_TYPE, KUBERNETES_VERSION, SUPPORT_TYPES, kubernetes_problems
+from .catalogue import DEFAULT_SUPPORT_TYPE, KUBERNETES_VERSION, LOG_RETENTION_DAYS, SUPPORT_TYPES, kubernetes_problems
 from .karpenter import NODE_MANAGED_POLICIES, node_trust_policy
 from .network import open_network_policy
 from .nodeclass import DISCOVERY_TAG
+from .spec.extras import missing_message
 from .spec.names import POOL_LABEL, SYSTEM_POOL, control_plane_log_group
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
+
+try:  # the `platform` extra (spec/extras.py): a workload stack never imports this module
+    import pulumi_eks as eks
+except ModuleNotFoundError as _missing:
+    if _missing.name != "pulumi_eks":
+        raise
+    raise ModuleNotFoundError(missing_message("pulumi_eks", "gpuburst.Cluster (the platform's EKS cluster)"),
+                              name=_missing.name) from None
 
 _CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]*$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[0-9a-z]+$")
@@ -50,10 +58,6 @@ stays denied: the system namespaces get `network.open_network_policy`."""
 
 SYSTEM_NAMESPACE = "kube-system"
 """Where CoreDNS (the coredns add-on) and Karpenter run."""
-
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
-                      3288, 3653)
-"""The retention periods CloudWatch Logs accepts, in days (CloudWatch Logs API Reference, PutRetentionPolicy)."""
 
 CLUSTER_RULES = (
     Rule("cluster.name", lambda v: isinstance(v, str) and len(v) <= 100 and bool(_CLUSTER_NAME.match(v)),
@@ -148,6 +152,16 @@ class Cluster(pulumi.ComponentResource):
     oidc_issuer: pulumi.Output[str]
     node_security_group_id: pulumi.Output[str]
     k8s_provider: k8s.Provider
+    log_group: aws.cloudwatch.LogGroup
+    cluster: eks.Cluster
+    system_launch_template: aws.ec2.LaunchTemplate
+    system_nodes: aws.eks.NodeGroup
+    api_client_ingress: list[aws.vpc.SecurityGroupIngressRule]
+    system_network_policy: k8s.networking.v1.NetworkPolicy
+    pod_identity_addon: aws.eks.Addon
+    coredns_addon: aws.eks.Addon
+    cluster_security_group_id: pulumi.Output[str]
+    discovery_tags: list[aws.ec2.Tag]
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         validate({"cluster.name": args.name, "cluster.public_access_cidrs": args.public_access_cidrs,

@@ -27,17 +27,20 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .identity import WorkloadIdentity
 from .nodepool import CAPACITY_TYPES
+from .planning.chooser import choose_pattern
 from .pod import (
     WorkerAccessArgs,
     WorkerPodSettings,
     declare_worker_identity,
     hardened_pod_template,
     worker_network_policy,
+    workload_nodepool,
 )
 from .spec.names import CAPACITY_TYPE_LABEL, WORKER_LABEL
 from .spec.validation import ConfigError, names_its_errors
-from .spec.workload import WorkloadFacts, fact_annotations
+from .spec.workload import WorkloadFacts, choice_annotations, fact_annotations
 
 DEFAULT_CAPACITY_TYPE = "on-demand"
 """Capacity type of the node the consumer's pod selects (see the module docstring)."""
@@ -50,6 +53,8 @@ def consumer_labels(name: str) -> dict[str, str]:
 
 LIVENESS_FILE = "/tmp/gpuburst-alive"
 """File the worker's main loop touches at every poll and slide progress report (on the /tmp emptyDir)."""
+LIVENESS_ENV = "LIVENESS_FILE"
+"""The env var naming it in the consumer's container (verify's admission rule lists the workloads' env names)."""
 
 
 def liveness_probes(visibility_timeout_s: int) -> dict[str, Any]:
@@ -73,12 +78,13 @@ def liveness_probes(visibility_timeout_s: int) -> dict[str, Any]:
 def consumer_deployment_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[str],
                                  service_account_name: str, pod: WorkerPodSettings,
                                  annotations: dict[str, str] | None = None,
-                                 capacity_type: str | None = DEFAULT_CAPACITY_TYPE) -> dict[str, Any]:
+                                 capacity_type: str | None = DEFAULT_CAPACITY_TYPE,
+                                 nodepool: str | None = None) -> dict[str, Any]:
     """The apps/v1 Deployment (plain dict; queue URL and image may be Outputs): one replica, Recreate.
 
     `annotations` (e.g. `chooser.fact_annotations(facts)`) go on the Deployment's metadata. `capacity_type` goes in
     the pod's nodeSelector as `karpenter.sh/capacity-type` (default on-demand); None leaves the choice to the
-    NodePool (spot whenever it allows spot)."""
+    NodePool (spot whenever it allows spot). `nodepool` ties the pod to that NodePool (`pod.worker_node_selector`)."""
     if capacity_type is not None and capacity_type not in CAPACITY_TYPES:
         raise ConfigError("GpuConsumerArgs.capacity_type", capacity_type,
                           f"one of {', '.join(CAPACITY_TYPES)}, or None to let the NodePool choose (spot first)")
@@ -86,12 +92,12 @@ def consumer_deployment_manifest(*, name: str, namespace: str, queue_url: pulumi
     command = ["python", "-m", "worker", "consume", "--mode", "service", "--queue-url", queue_url]
     template = hardened_pod_template(pod, command=command, queue_url=queue_url,
                                      service_account_name=service_account_name, restart_policy="Always",
-                                     labels=labels)
+                                     labels=labels, nodepool=nodepool)
     if capacity_type is not None:
         template["spec"]["nodeSelector"] = {**template["spec"].get("nodeSelector", {}),
                                             CAPACITY_TYPE_LABEL: capacity_type}
     container = template["spec"]["containers"][0]
-    container["env"] = [*container.get("env", []), {"name": "LIVENESS_FILE", "value": LIVENESS_FILE}]
+    container["env"] = [*container.get("env", []), {"name": LIVENESS_ENV, "value": LIVENESS_FILE}]
     container.update(liveness_probes(pod.visibility_timeout_s))
     return {
         "apiVersion": "apps/v1",
@@ -124,8 +130,10 @@ class GpuConsumerArgs(WorkerAccessArgs):
     disruption_budget: bool = False
     """Add a PodDisruptionBudget (maxUnavailable 0) so drains wait for the consumer. Default False (see module)."""
     facts: WorkloadFacts | None = None
-    """The workload's declared facts, written as `gpuburst.io/ordered`/`stateful` annotations for the policy pack.
-    Default None (no annotations)."""
+    """The workload's declared facts, written as `gpuburst.io/ordered`/`stateful`/`items-independent` annotations for
+    the policy pack, with the chooser's pick and estimate for them (`gpuburst.io/chooser-pattern`/`-reason`): the
+    pack's `consumer-for-independent-work` advisory names a consumer the chooser would run as a ScaledJob. Default
+    None (no annotations, nothing judged)."""
     capacity_type: str | None = DEFAULT_CAPACITY_TYPE
     """Karpenter capacity type the consumer's node must have (pod nodeSelector `karpenter.sh/capacity-type`): the
     NodePool must allow it. Default `on-demand` (see the module docstring); None lets the NodePool choose."""
@@ -138,14 +146,20 @@ class GpuConsumer(pulumi.ComponentResource):
     deployment: k8s.apps.v1.Deployment
     role_arn: pulumi.Output[str]
     service_account_name: str
+    identity: WorkloadIdentity
 
     def __init__(self, name: str, args: GpuConsumerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpuburst:index:GpuConsumer", name, None, opts)
         self.service_account_name = f"{name}-worker"
+        annotations = None
+        if args.facts is not None:
+            pick = choose_pattern(args.facts)  # what the chooser would run this work as (the consumer carries any)
+            annotations = {**fact_annotations(args.facts), **choice_annotations(pick.pattern, pick.reason)}
+        nodepool, pool_dependency = workload_nodepool(args.nodepool)
         manifest = consumer_deployment_manifest(name=name, namespace=args.namespace, queue_url=args.queue_url,
                                                 service_account_name=self.service_account_name, pod=args.pod,
-                                                annotations=fact_annotations(args.facts) if args.facts else None,
-                                                capacity_type=args.capacity_type)
+                                                annotations=annotations, capacity_type=args.capacity_type,
+                                                nodepool=nodepool)
         child = pulumi.ResourceOptions(parent=self)
         service_account, self.identity = declare_worker_identity(
             name, args, self.service_account_name, manifest["metadata"]["labels"], child)
@@ -153,7 +167,7 @@ class GpuConsumer(pulumi.ComponentResource):
         # After the Pod Identity association: EKS injects the credentials when the pod is admitted.
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment", metadata=manifest["metadata"], spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[service_account, self.identity]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[service_account, self.identity, *pool_dependency]))
         if args.disruption_budget:
             pdb = disruption_budget_manifest(name, args.namespace)
             k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=pdb["metadata"], spec=pdb["spec"], opts=child)

@@ -224,7 +224,7 @@ def upload(s3: Any, target: Target, body: IO[bytes], stack: str, head: str) -> s
     return version
 
 
-def start_build(codebuild: Any, target: Target, version: str, command: str, stack: str) -> dict:
+def start_build(codebuild: Any, target: Target, version: str, command: str, stack: str) -> dict[str, Any]:
     """Start a build of exactly that bundle version running `command` on `stack`."""
     return codebuild.start_build(
         projectName=target.project, sourceVersion=version,
@@ -232,7 +232,7 @@ def start_build(codebuild: Any, target: Target, version: str, command: str, stac
                                       {"name": STACK_VAR, "value": stack, "type": "PLAINTEXT"}])["build"]
 
 
-def phase_lines(build: dict, seen: set[str]) -> list[str]:
+def phase_lines(build: dict[str, Any], seen: set[str]) -> list[str]:
     """One line for each phase of `build` that has ended and is not in `seen` (which it updates), with the reason
     CodeBuild gives for a phase that did not succeed."""
     lines = []
@@ -250,7 +250,7 @@ def phase_lines(build: dict, seen: set[str]) -> list[str]:
     return lines
 
 
-def log_line(build: dict) -> str | None:
+def log_line(build: dict[str, Any]) -> str | None:
     """Where the build's log is, once CodeBuild says (group and stream, else the console link), or None."""
     logs = build.get("logs") or {}
     if logs.get("groupName") and logs.get("streamName"):

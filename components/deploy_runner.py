@@ -49,12 +49,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
-from .catalogue import DEPLOY_RUNNER_IMAGE
-from .cluster import LOG_RETENTION_DAYS
+from .catalogue import DEPLOY_RUNNER_IMAGE, LOG_RETENTION_DAYS
 from .network import private_cidr_problem
 from .spec import policy_documents
 from .spec.deploy_model import DeployRunner as RunnerModel
@@ -154,7 +154,7 @@ def validate_args(args: DeployRunnerArgs) -> None:
         source_bucket_name(args.name_prefix, args.account_id, args.region)
 
 
-def security_group_egress(vpc_cidr: str) -> list[dict]:
+def security_group_egress(vpc_cidr: str) -> list[dict[str, Any]]:
     """The builds' egress (see the module docstring for why HTTPS goes anywhere): HTTPS out, DNS to the VPC only."""
     in_vpc = {"cidr_blocks": [vpc_cidr]}
     return [
@@ -166,7 +166,7 @@ def security_group_egress(vpc_cidr: str) -> list[dict]:
     ]
 
 
-def source_lifecycle_rules(expiration_days: int) -> list[dict]:
+def source_lifecycle_rules(expiration_days: int) -> list[dict[str, Any]]:
     """Lifecycle rules of the source bucket: bundles, and replaced versions, go after `expiration_days`."""
     return [{
         "id": "expire-bundles",
@@ -178,7 +178,7 @@ def source_lifecycle_rules(expiration_days: int) -> list[dict]:
     }]
 
 
-def environment_variables(args: DeployRunnerArgs) -> list[dict]:
+def environment_variables(args: DeployRunnerArgs) -> list[dict[str, Any]]:
     """The project's plain environment variables (no secret among them: those come from Secrets Manager through the
     buildspec)."""
     return [{"name": STACK_VAR, "value": args.stack, "type": "PLAINTEXT"},
@@ -194,6 +194,16 @@ class DeployRunner(pulumi.ComponentResource):
     source_bucket_name: pulumi.Output[str]
     security_group_id: pulumi.Output[str]
     log_group_name: pulumi.Output[str]
+    security_group: aws.ec2.SecurityGroup
+    log_group: aws.cloudwatch.LogGroup
+    project: aws.codebuild.Project
+    bucket: aws.s3.Bucket
+    public_access_block: aws.s3.BucketPublicAccessBlock
+    ownership: aws.s3.BucketOwnershipControls
+    encryption: aws.s3.BucketServerSideEncryptionConfiguration
+    versioning: aws.s3.BucketVersioning
+    lifecycle: aws.s3.BucketLifecycleConfiguration
+    bucket_policy: aws.s3.BucketPolicy
 
     def __init__(self, name: str, args: DeployRunnerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         validate_args(args)

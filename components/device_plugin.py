@@ -46,8 +46,9 @@ rule's DaemonSet overhead on every GPU node."""
 DEVICE_PLUGIN_POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 """Pod securityContext: the runtime's default seccomp profile (the chart sets none)."""
 
-DEVICE_PLUGIN_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                    "seccompProfile": {"type": "RuntimeDefault"}}
+DEVICE_PLUGIN_CONTAINER_SECURITY: dict[str, Any] = {"allowPrivilegeEscalation": False,
+                                                    "capabilities": {"drop": ["ALL"]},
+                                                    "seccompProfile": {"type": "RuntimeDefault"}}
 """Container securityContext of the plugin: the chart's own default (no privilege escalation, every capability
 dropped) restated, because setting `securityContext` replaces it, plus RuntimeDefault seccomp. Not read-only root,
 not non-root: the plugin writes its socket into the kubelet's root-owned device-plugins directory and CDI specs into
@@ -64,7 +65,7 @@ def device_plugin_image_tag(version: str = NVIDIA_DEVICE_PLUGIN_VERSION) -> str:
 
 def device_plugin_values(*, gpu_label: tuple[str, str] = GPU_PRESENT_LABEL,
                          cdi_feature_flags: tuple[str, ...] = DEVICE_PLUGIN_CDI_FEATURE_FLAGS,
-                         image_repository: Any = None, version: str = NVIDIA_DEVICE_PLUGIN_VERSION) -> dict:
+                         image_repository: Any = None, version: str = NVIDIA_DEVICE_PLUGIN_VERSION) -> dict[str, Any]:
     """Helm values of the device plugin: only on GPU nodes (label), tolerating their taint, node-critical priority,
     requests and limits, RuntimeDefault seccomp, the CDI feature flags (`cdi.featureFlags`, comma-joined; none
     when empty), the image by its digest at the chart's own tag (`v` + its appVersion; `device_plugin_image_tag`), and
@@ -116,6 +117,10 @@ class NvidiaDevicePluginArgs:
 @names_its_errors
 class NvidiaDevicePlugin(pulumi.ComponentResource):
     """`helm.v4.Chart` of the NVIDIA k8s-device-plugin at the catalogue's version, on GPU nodes only."""
+
+    namespace: k8s.core.v1.Namespace
+    network_policy: k8s.networking.v1.NetworkPolicy
+    chart: k8s.helm.v4.Chart
 
     def __init__(self, name: str, args: NvidiaDevicePluginArgs | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:

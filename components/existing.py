@@ -13,6 +13,7 @@ exists is referenced, not re-created.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pulumi
 
 from .catalogue import CHARTS, combination_problems, karpenter_version_problem, keda_version_problem
-from .keda import OPERATOR_SERVICE_ACCOUNT, SCALER_ROLE_PATH, check_scaler_role_path
+from .spec.keda_identity import OPERATOR_SERVICE_ACCOUNT, SCALER_ROLE_PATH, check_scaler_role_path
 from .spec.names import POOL_LABEL, SYSTEM_POOL
 from .spec.validation import ConfigError, names_its_errors
 
@@ -44,6 +45,31 @@ class ExistingKedaArgs:
     """The operator's ServiceAccount name (the one its Pod Identity association names). Default `keda-operator`."""
     scaler_role_path: str = SCALER_ROLE_PATH
     """IAM path the operator may assume roles under; scaler roles are created there. Default /gpuburst/keda-scaler/."""
+    watch_namespaces: Sequence[str] | None = None
+    """The namespaces that KEDA watches (the platform's `KedaArgs.watch_namespaces`, its chart's `watchNamespace`;
+    KEDA's own namespace is always watched): a ScaledJob of this stack in any other namespace is never scaled, and
+    the pack's `keda-watches-namespace` refuses it. `["*"]` (WATCH_ALL) when KEDA watches every namespace. Default
+    None: not known (the pack's `outside-this-stack` says it could not check)."""
+
+
+WATCH_ALL = "*"
+"""`ExistingKedaArgs.watch_namespaces` entry meaning: KEDA watches every namespace (its chart's `watchNamespace`
+left empty)."""
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def check_watch_list(watch_namespaces: Sequence[str] | None) -> list[str] | None:
+    """`watch_namespaces` as a list after the check (namespace names, or the one entry WATCH_ALL); ConfigError in one
+    line naming `ExistingKedaArgs.watch_namespaces` otherwise."""
+    if watch_namespaces is None:
+        return None
+    names = list(watch_namespaces) if isinstance(watch_namespaces, (list, tuple)) else None
+    if not names or not all(isinstance(n, str) and (n == WATCH_ALL or _NAMESPACE.match(n)) for n in names) \
+            or (WATCH_ALL in names and len(names) > 1):
+        raise ConfigError("ExistingKedaArgs.watch_namespaces", watch_namespaces,
+                          f"a non-empty list of namespace names (DNS labels), or [{WATCH_ALL!r}] when KEDA watches "
+                          "every namespace, or None when not known")
+    return names
 
 
 @names_its_errors
@@ -56,6 +82,7 @@ class ExistingKeda(pulumi.ComponentResource):
     operator_role_arn: pulumi.Input[str] | None
     operator_role_name: pulumi.Input[str] | None
     scaler_role_path: str
+    watch_namespaces: list[str] | None
     chart: pulumi.Resource | None
     """Always None: nothing to wait for (KEDA's CRDs already exist)."""
 
@@ -68,9 +95,11 @@ class ExistingKeda(pulumi.ComponentResource):
             value = getattr(args, field_name)
             if not (isinstance(value, str) and value):
                 raise ConfigError(f"ExistingKedaArgs.{field_name}", value, "a non-empty name")
+        watched = check_watch_list(args.watch_namespaces)
         facts = {"version": args.version, "namespace": args.namespace,
                  "operatorServiceAccount": args.operator_service_account,
-                 "operatorRoleArn": args.operator_role_arn, "scalerRolePath": args.scaler_role_path}
+                 "operatorRoleArn": args.operator_role_arn, "scalerRolePath": args.scaler_role_path,
+                 "watchNamespaces": watched}
         super().__init__("gpuburst:index:ExistingKeda", name, facts, opts)
         self.version = args.version
         self.namespace = args.namespace
@@ -78,6 +107,7 @@ class ExistingKeda(pulumi.ComponentResource):
         self.operator_role_arn = args.operator_role_arn
         self.operator_role_name = args.operator_role_name
         self.scaler_role_path = args.scaler_role_path
+        self.watch_namespaces = watched
         self.chart = None
         self.register_outputs(facts)  # the same facts as inputs and outputs, whichever a preview shows the pack
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -30,11 +31,11 @@ class WorkloadIdentityArgs:
     """Namespace of the service account."""
     service_account: str
     """Name of the Kubernetes service account whose pods get the role."""
-    policy: pulumi.Input[dict] | None = None
+    policy: pulumi.Input[dict[str, Any]] | None = None
     """Inline IAM policy document (a dict, may hold Outputs); None attaches no inline policy."""
     managed_policy_arns: list[pulumi.Input[str]] = field(default_factory=list)
     """AWS-managed or customer-managed policy ARNs to attach as well. Default: none."""
-    extra_trust_statements: list[dict] = field(default_factory=list)
+    extra_trust_statements: list[dict[str, Any]] = field(default_factory=list)
     """More trust-policy statements (e.g. to let the KEDA operator role assume this one). Default: none."""
     cluster_arn: pulumi.Input[str] | None = None
     """The cluster's ARN, which the trust policy is conditioned on (and its account, on `aws:SourceAccount`).
@@ -52,6 +53,7 @@ class WorkloadIdentity(pulumi.ComponentResource):
 
     role: aws.iam.Role
     role_arn: pulumi.Output[str]
+    association: aws.eks.PodIdentityAssociation
 
     def __init__(self, name: str, args: WorkloadIdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         if not isinstance(args.role_path, str) or not _ROLE_PATH.match(args.role_path):

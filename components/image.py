@@ -15,14 +15,23 @@ import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_docker_build as docker_build
 
 from .catalogue import WORKER_BASE_IMAGE
 from .recipe import DOCKERFILE, WORKER_DIR, default_context, is_copied
+from .spec.extras import missing_message
 from .spec.validation import ConfigError, Rule, is_int_between, names_its_errors, validate
+
+try:  # the `platform` extra (spec/extras.py): a workload stack never imports this module
+    import pulumi_docker_build as docker_build
+except ModuleNotFoundError as _missing:
+    if _missing.name != "pulumi_docker_build":
+        raise
+    raise ModuleNotFoundError(missing_message("pulumi_docker_build", "gpuburst.WorkerImage (the worker image build)"),
+                              name=_missing.name) from None
 
 WORKER_PLATFORM = "linux/amd64"
 """The one platform the worker is built for: the GPU instance families the NodePool allows are all x86-64."""
@@ -109,7 +118,7 @@ def _files(path: Path) -> Iterable[Path]:
                 yield Path(dirpath) / f
 
 
-def source_digest(paths: Iterable[str | os.PathLike], *, root: str | os.PathLike | None = None,
+def source_digest(paths: Iterable[str | os.PathLike[str]], *, root: str | os.PathLike[str] | None = None,
                   extra: Mapping[str, str] | None = None) -> str:
     """SHA-256 (hex) of the files under `paths`: their paths relative to `root`, executable bits and contents.
 
@@ -202,7 +211,7 @@ def lab_image_args(context: str, dockerfile: str, *, base: WorkerImage | None,
                            tags=dict(tags or {}))
 
 
-def lifecycle_policy(keep_tagged_images: int, untagged_expiry_days: int) -> dict:
+def lifecycle_policy(keep_tagged_images: int, untagged_expiry_days: int) -> dict[str, Any]:
     """The repository's lifecycle policy: keep the cache image, expire untagged images, keep the newest N tagged.
 
     Images referenced by a tagged image index (the platform image and its attestations) are not expired as

@@ -45,7 +45,7 @@ first on the small system nodes."""
 # Pure functions: policy documents, event patterns, chart values.
 # ----------------------------------------------------------------------------------------------------------------------
 
-def interruption_event_patterns() -> dict[str, dict]:
+def interruption_event_patterns() -> dict[str, dict[str, Any]]:
     """EventBridge patterns of the five event kinds Karpenter's interruption controller acts on, keyed by a short name.
 
     Exactly the upstream v1.14.1 getting-started CloudFormation rules (tests/components/test_iam_parity.py); the
@@ -62,7 +62,7 @@ def interruption_event_patterns() -> dict[str, dict]:
     }
 
 
-def interruption_queue_policy(queue_arn: str, rule_arns: Sequence[str]) -> dict:
+def interruption_queue_policy(queue_arn: str, rule_arns: Sequence[str]) -> dict[str, Any]:
     """Queue policy of the interruption queue: EventBridge (only our rules) and SQS may send; nothing without TLS.
 
     Upstream allows events.amazonaws.com unconditionally; here the grant is scoped to the rules' ARNs so that no other
@@ -100,14 +100,14 @@ def interruption_queue_policy(queue_arn: str, rule_arns: Sequence[str]) -> dict:
     }
 
 
-def node_trust_policy(dns_suffix: str = "amazonaws.com") -> dict:
+def node_trust_policy(dns_suffix: str = "amazonaws.com") -> dict[str, Any]:
     """Trust policy of the node role: EC2 instances assume it."""
     return {"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Principal": {"Service": f"ec2.{dns_suffix}"}, "Action": "sts:AssumeRole"}]}
 
 
 def controller_policy(cluster_name: str, region: str, account_id: str | None = None, *, node_role_arn: Any,
-                      queue_arn: Any, partition: str = "aws") -> dict:
+                      queue_arn: Any, partition: str = "aws") -> dict[str, Any]:
     """The Karpenter controller's IAM policy, scoped as upstream scopes it (getting-started CloudFormation, v1.14.1).
 
     Every upstream statement but the opt-in zonal-shift one (tests/components/test_iam_parity.py lists the
@@ -272,7 +272,7 @@ def _taggable_ec2(p: str, r: str) -> list[str]:
 def karpenter_values(*, cluster_name: str, queue_name: Any, region: Any, service_account: str = SERVICE_ACCOUNT,
                      replicas: int = 2, controller_resources: Mapping[str, Any] | None = None,
                      system_node_selector: Mapping[str, str] | None = None, batch_idle_s: int = 1,
-                     batch_max_s: int = 10) -> dict:
+                     batch_max_s: int = 10) -> dict[str, Any]:
     """Helm values of the `karpenter` chart: settings, service account, and placement on the system node group.
 
     `batch_idle_s` / `batch_max_s` become `settings.batchIdleDuration` / `settings.batchMaxDuration` (the chart's
@@ -337,7 +337,8 @@ class KarpenterArgs:
     """Controller service account. Default `karpenter`."""
     replicas: int = 2
     """Controller replicas (one per system node, leader-elected). Default 2."""
-    controller_resources: dict = field(default_factory=lambda: json.loads(json.dumps(DEFAULT_CONTROLLER_RESOURCES)))
+    controller_resources: dict[str, Any] = field(
+        default_factory=lambda: json.loads(json.dumps(DEFAULT_CONTROLLER_RESOURCES)))
     """Controller container resources. Default 1 CPU / 1Gi requests = limits."""
     system_node_selector: dict[str, str] = field(default_factory=lambda: {POOL_LABEL: "system"})
     """Labels of the system managed node group the controller runs on. Default `gpuburst.io/pool: system`."""
@@ -412,7 +413,7 @@ class Karpenter(pulumi.ComponentResource):
         partition = args.partition
 
         # Interruption handling: EventBridge -> SQS -> Karpenter cordons and drains before EC2 takes the node.
-        self.queue = aws.sqs.Queue(
+        self.queue: aws.sqs.Queue = aws.sqs.Queue(
             f"{name}-interruptions", name=queue_name, message_retention_seconds=300, sqs_managed_sse_enabled=True,
             # Not a work queue: EC2 events Karpenter reads within minutes, so no DLQ (the policy pack reads the role).
             tags={**(tags or {}), TAG_ROLE: "events"}, opts=child)
@@ -424,14 +425,14 @@ class Karpenter(pulumi.ComponentResource):
             aws.cloudwatch.EventTarget(f"{name}-{key}-target", rule=rule.name, arn=self.queue.arn,
                                        target_id=INTERRUPTION_TARGET_ID, opts=child)
             self.rules[key] = rule
-        self.queue_policy = aws.sqs.QueuePolicy(
+        self.queue_policy: aws.sqs.QueuePolicy = aws.sqs.QueuePolicy(
             f"{name}-interruptions-policy", queue_url=self.queue.url,
             policy=pulumi.Output.all(self.queue.arn, *[r.arn for r in self.rules.values()]).apply(
                 lambda a: json.dumps(interruption_queue_policy(a[0], a[1:]))),
             opts=child)
 
         # The role of the GPU nodes; Karpenter makes the instance profile from it (EC2NodeClass.spec.role).
-        self.node_role = aws.iam.Role(
+        self.node_role: aws.iam.Role = aws.iam.Role(
             f"{name}-node-role", name=node_role_name,
             assume_role_policy=json.dumps(node_trust_policy()),
             description=f"Nodes Karpenter launches in {args.cluster_name}", tags=tags or None, opts=child)
@@ -439,7 +440,7 @@ class Karpenter(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(
                 f"{name}-node-{policy}", role=self.node_role.name,
                 policy_arn=f"arn:{partition}:iam::aws:policy/{policy}", opts=child)
-        self.node_access_entry = aws.eks.AccessEntry(
+        self.node_access_entry: aws.eks.AccessEntry = aws.eks.AccessEntry(
             f"{name}-node-access", cluster_name=args.cluster_name, principal_arn=self.node_role.arn, type="EC2_LINUX",
             tags=tags or None, opts=child)
 
@@ -460,7 +461,7 @@ class Karpenter(pulumi.ComponentResource):
                 lambda a: controller_policy(args.cluster_name, a[0][3], a[0][4], node_role_arn=a[1], queue_arn=a[2],
                                             partition=a[0][1]))
         # The trust names the cluster's ARN: plain when region and account are given, else from the provider.
-        self.identity = WorkloadIdentity(f"{name}-controller", WorkloadIdentityArgs(
+        self.identity: WorkloadIdentity = WorkloadIdentity(f"{name}-controller", WorkloadIdentityArgs(
             cluster_name=args.cluster_name, namespace=args.namespace, service_account=args.service_account,
             policy=policy, cluster_arn=(cluster_arn(partition, args.region, args.account_id, args.cluster_name)
                                         if args.region and args.account_id else None)), opts=child)
@@ -472,10 +473,10 @@ class Karpenter(pulumi.ComponentResource):
         # the controller chart (its crds/ directory is not rendered), so exactly one resource owns each CRD.
         # Release names as upstream installs them (`karpenter`, `karpenter-crd`): the objects keep their usual names.
         crd_pin, pin = CHARTS["karpenter-crd"], CHARTS["karpenter"]
-        self.crd_chart = k8s.helm.v4.Chart(
+        self.crd_chart: k8s.helm.v4.Chart = k8s.helm.v4.Chart(
             f"{name}-crd", name=crd_pin.chart, chart=f"{crd_pin.repository}/{crd_pin.chart}", version=crd_version,
             namespace=args.namespace, opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.wait_for)))
-        self.chart = k8s.helm.v4.Chart(
+        self.chart: k8s.helm.v4.Chart = k8s.helm.v4.Chart(
             f"{name}-controller", name=pin.chart, chart=f"{pin.repository}/{pin.chart}", version=args.version,
             namespace=args.namespace, skip_crds=True,
             values=karpenter_values(cluster_name=args.cluster_name, queue_name=queue_name, region=region,

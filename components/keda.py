@@ -26,6 +26,7 @@ from .catalogue import CHARTS, KEDA_IDENTITY_OWNERS, KEDA_VERSION, keda_version_
 from .catalogue.network import IMAGE_DIGESTS, KEDA_IMAGES, SYSTEM_NODE_MIRRORS
 from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .network import open_network_policy
+from .spec.keda_identity import OPERATOR_SERVICE_ACCOUNT, SCALER_ROLE_PATH, check_scaler_role_path
 from .spec.keda_schema import API_VERSION, AUTH_KINDS, check_keda_manifest
 from .spec.names import POOL_LABEL, SYSTEM_POOL
 from .spec.policy_documents import policy_document, queue_metrics_statements
@@ -36,13 +37,6 @@ if TYPE_CHECKING:
 
 KEDA_CHART = CHARTS["keda"]
 """The pinned KEDA chart (name, repository, version, namespace) from the catalogue."""
-
-OPERATOR_SERVICE_ACCOUNT = "keda-operator"
-"""Service account of the KEDA operator; the chart creates it under this name and the Pod Identity association
-names it, so the two must agree."""
-
-SCALER_ROLE_PATH = "/gpuburst/keda-scaler/"
-"""IAM path of every scaler role: the operator may assume roles under this path only."""
 
 KEDA_POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "restricted",
                             "pod-security.kubernetes.io/enforce-version": "latest",
@@ -74,7 +68,7 @@ class TriggerAuthSpec:
     """TriggerAuthentication or ClusterTriggerAuthentication. Default TriggerAuthentication."""
 
 
-def trigger_authentication_manifest(spec: TriggerAuthSpec, keda_version: str = KEDA_VERSION) -> dict:
+def trigger_authentication_manifest(spec: TriggerAuthSpec, keda_version: str = KEDA_VERSION) -> dict[str, Any]:
     """The TriggerAuthentication manifest, checked against `keda_version` (raises a one-line ConfigError)."""
     if spec.kind not in AUTH_KINDS:
         raise ConfigError("TriggerAuthSpec.kind", spec.kind, f"one of {', '.join(AUTH_KINDS)}")
@@ -101,7 +95,7 @@ KEDA_RESOURCES = {
 own defaults for 2.20.2, stated here so a chart upgrade cannot drop or change them unseen."""
 
 
-def keda_image_values(version: str = KEDA_VERSION, repositories: Mapping[str, Any] | None = None) -> dict:
+def keda_image_values(version: str = KEDA_VERSION, repositories: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The chart's `image` values: each of KEDA's images (catalogue KEDA_IMAGES) by its digest (catalogue
     IMAGE_DIGESTS) as `tag: <version>@<digest>` (the chart writes `<registry>/<repository>:<tag>` and has no digest
     value; the container runtime pulls by the digest). With `repositories` (upstream repository -> the stack's ECR
@@ -122,9 +116,10 @@ def keda_image_values(version: str = KEDA_VERSION, repositories: Mapping[str, An
     return out
 
 
-def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict], *,
+def keda_chart_values(node_selector: dict[str, str], tolerations: list[dict[str, Any]], *,
                       watch_namespaces: list[str] | None = None, restrict_secret_access: bool = True,
-                      version: str = KEDA_VERSION, image_repositories: Mapping[str, Any] | None = None) -> dict:
+                      version: str = KEDA_VERSION,
+                      image_repositories: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Helm values for the KEDA chart: operator service account name, system-node placement, no IRSA, the requests
     and limits of every KEDA container (KEDA_RESOURCES), and the operator's reach.
 
@@ -174,13 +169,7 @@ def check_watch_namespaces(watch_namespaces: list[str] | None) -> None:
             raise ConfigError("KedaArgs.watch_namespaces", ns, "a namespace name (a DNS label)")
 
 
-def check_scaler_role_path(field_name: str, path: str) -> None:
-    """Refuse (one-line ConfigError naming `field_name`) a scaler role path that is not an IAM path without `*`."""
-    if not (isinstance(path, str) and path.startswith("/") and path.endswith("/") and "*" not in path):
-        raise ConfigError(field_name, path, "an IAM path starting and ending with '/', without '*'")
-
-
-def operator_assume_policy(operator_role_arn: str, scaler_role_path: str = SCALER_ROLE_PATH) -> dict:
+def operator_assume_policy(operator_role_arn: str, scaler_role_path: str = SCALER_ROLE_PATH) -> dict[str, Any]:
     """The operator role's policy: assume (and tag sessions of) scaler roles under `scaler_role_path` in its own
     account and partition (taken from the operator role's ARN)."""
     parts = operator_role_arn.split(":")
@@ -195,7 +184,7 @@ def operator_assume_policy(operator_role_arn: str, scaler_role_path: str = SCALE
     }])
 
 
-def scaler_trust_policy(operator_role_arn: pulumi.Input[str]) -> dict:
+def scaler_trust_policy(operator_role_arn: pulumi.Input[str]) -> dict[str, Any]:
     """Trust policy of a scaler role: only the KEDA operator role may assume it (tagging the session, since Pod
     Identity's session tags are transitive)."""
     return policy_document([{
@@ -217,7 +206,7 @@ class KedaArgs:
     against it. Default: the catalogue's pin."""
     system_node_selector: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_NODE_SELECTOR))
     """nodeSelector that puts KEDA on the system node group. Default {gpuburst.io/pool: system}."""
-    system_tolerations: list[dict] = field(default_factory=list)
+    system_tolerations: list[dict[str, Any]] = field(default_factory=list)
     """Tolerations for taints on the system node group. Default none (the group has no taints)."""
     scaler_role_path: str = SCALER_ROLE_PATH
     """IAM path the operator may assume roles under. Default /gpuburst/keda-scaler/."""
@@ -247,6 +236,9 @@ class Keda(pulumi.ComponentResource):
     chart: k8s.helm.v4.Chart
     operator_role_arn: pulumi.Output[str]
     scaler_role_path: str
+    network_policy: k8s.networking.v1.NetworkPolicy
+    identity: WorkloadIdentity
+    trigger_authentications: list[k8s.apiextensions.CustomResource]
 
     def __init__(self, name: str, args: KedaArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpuburst:index:Keda", name, None, opts)

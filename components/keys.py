@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -42,7 +43,7 @@ _ALIAS = re.compile(r"^alias/(?!aws/)[A-Za-z0-9/_-]{1,250}$")
 
 
 def data_key_policy(*, account_id: str, partition: str, region: str, worker_role_path: str | None = None,
-                    log_group_names: Sequence[str] = (), deploy_model: DeployModel | None = None) -> dict:
+                    log_group_names: Sequence[str] = (), deploy_model: DeployModel | None = None) -> dict[str, Any]:
     """The data key's policy (see the module docstring): account administration, the worker roles under
     `worker_role_path` through S3 and SQS only, CloudWatch Logs for `log_group_names` only, and with a
     `deploy_model` its slide uploaders and result readers through S3 only (`spec.bucket_access`)."""
@@ -146,8 +147,11 @@ class DataKey(pulumi.ComponentResource):
     """A symmetric customer-managed KMS key with yearly rotation and `data_key_policy`, and its alias."""
 
     key: aws.kms.Key
+    """The KMS key."""
     key_arn: pulumi.Output[str]
+    """The key's ARN: `WorkQueueArgs.kms_key_id` and a workload's `queue_kms_key_arn`."""
     key_id: pulumi.Output[str]
+    """The key's id."""
 
     def __init__(self, name: str, args: DataKeyArgs | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:

@@ -19,6 +19,7 @@ MODEL_CACHE_MAX_BYTES.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -42,7 +43,7 @@ def cache_folder_script(host_path: str = MODEL_CACHE_HOST_PATH) -> str:
 
 def model_cache_manifests(*, namespace: str, volume_name: str, capacity_gib: int,
                           host_path: str = MODEL_CACHE_HOST_PATH,
-                          claim_name: str = MODEL_CACHE_CLAIM) -> tuple[dict, dict]:
+                          claim_name: str = MODEL_CACHE_CLAIM) -> tuple[dict[str, Any], dict[str, Any]]:
     """(PersistentVolume, PersistentVolumeClaim) of the cache, bound to each other (`claimRef` and `volumeName`, empty
     storage class: no provisioner, no default class). `capacity_gib` is what the workloads' caches may hold
     together (a hostPath's size is not enforced: each worker keeps its own under MODEL_CACHE_MAX_BYTES)."""

@@ -104,7 +104,8 @@ def subnet_plan(vpc_cidr: str, zones: Sequence[str]) -> dict[str, list[str]]:
             "public": [str(per_zone[2][0])]}
 
 
-def endpoint_policy(scope: str, *, account_id: str, region: str, service: str, partition: str = "aws") -> dict | None:
+def endpoint_policy(scope: str, *, account_id: str, region: str, service: str,
+                    partition: str = "aws") -> dict[str, Any] | None:
     """The VPC endpoint policy for `scope` (`catalogue.ENDPOINT_SCOPES`); None for `open` (the default full access).
 
     `account`: callers of this account on resources of this account, plus (S3) reading ECR's layer bucket (as the
@@ -235,6 +236,11 @@ class WorkloadNetwork(pulumi.ComponentResource):
     gpu_subnet_ids: list[pulumi.Output[str]]
     system_subnet_ids: list[pulumi.Output[str]]
     mirror_repository_urls: dict[str, pulumi.Output[str]]
+    gpu_route_table: aws.ec2.RouteTable
+    endpoints_security_group: aws.ec2.SecurityGroup
+    mirror_repositories: dict[str, aws.ecr.Repository]
+    s3_endpoint_ids: list[pulumi.Output[str]]
+    public_subnet_ids: list[pulumi.Output[str]]
 
     def __init__(self, name: str, args: WorkloadNetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         problem = private_cidr_problem(args.vpc_cidr, prefixes=(16, 20))
@@ -374,6 +380,9 @@ class GpuNodeSecurity(pulumi.ComponentResource):
     """The GPU nodes' own security group, the cluster security group's rules admitting it, and GPU subnet tags."""
 
     security_group_id: pulumi.Output[str]
+    security_group: aws.ec2.SecurityGroup
+    cluster_ingress: list[aws.vpc.SecurityGroupIngressRule]
+    subnet_tags: list[aws.ec2.Tag]
 
     def __init__(self, name: str, args: GpuNodeSecurityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         problem = private_cidr_problem(args.vpc_cidr)

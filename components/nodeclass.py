@@ -12,6 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import catalogue
+from .spec.selector_terms import find_empty_terms, why_empty
 from .spec.validation import ConfigError, Rule, names_its_errors, validate
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
                            tags: Mapping[str, str] | None = None, instance_store_policy: str | None = "RAID0",
                            fast_image_pull: bool = True, subnet_selector_tags: Mapping[str, str] | None = None,
                            security_group_selector_tags: Mapping[str, str] | None = None,
-                           boot_scripts: Iterable[str] = ()) -> dict:
+                           boot_scripts: Iterable[str] = ()) -> dict[str, Any]:
     """The EC2NodeClass manifest for GPU nodes (a plain dict; raises ConfigError on a bad value).
 
     Subnets and security groups are selected by `subnet_selector_tags` / `security_group_selector_tags` (the
@@ -155,9 +156,13 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
               "root_volume_throughput_mibps": root_volume_throughput_mibps,
               "instance_store_policy": instance_store_policy, "fast_image_pull": fast_image_pull}, NODECLASS_RULES)
     _check_tags(tags)
-    for field_name, selector in (("subnet_selector_tags", subnet_selector_tags),
-                                 ("security_group_selector_tags", security_group_selector_tags)):
-        if selector is not None and not (isinstance(selector, Mapping) and selector and all(
+    for field_name, term_list, selector in (
+            ("subnet_selector_tags", "subnetSelectorTerms", subnet_selector_tags),
+            ("security_group_selector_tags", "securityGroupSelectorTerms", security_group_selector_tags)):
+        if isinstance(selector, Mapping) and not selector:
+            raise ConfigError(field_name, dict(selector), f"None or a non-empty mapping: spec.{term_list}[0] would be "
+                                                          f"{{tags: {{}}}}, {why_empty(['tags'])}")
+        if selector is not None and not (isinstance(selector, Mapping) and all(
                 isinstance(k, str) and k and isinstance(v, str) and v for k, v in selector.items())):
             raise ConfigError(field_name, selector, "None or a non-empty mapping of tag keys to values, as plain "
                                                     "strings")
@@ -186,7 +191,7 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
     if kms_key_id:
         ebs["kmsKeyID"] = kms_key_id
     discovery = {DISCOVERY_TAG: cluster_name}
-    return {
+    manifest = {
         "apiVersion": NODECLASS_API_VERSION,
         "kind": "EC2NodeClass",
         "metadata": {"name": name},
@@ -213,6 +218,12 @@ def ec2_nodeclass_manifest(name: str, *, node_role: str, cluster_name: str, ami_
             **({"tags": tags} if tags else {}),
         },
     }
+    # The same rule the pack and verify apply, on the terms as built (whatever fed them).
+    empty = find_empty_terms(manifest["spec"])
+    if empty:
+        path, term, fields = empty[0]
+        raise ConfigError(path, dict(term), f"a selector term that selects something: {why_empty(fields)}")
+    return manifest
 
 
 @dataclass
@@ -264,6 +275,8 @@ class Ec2NodeClassArgs:
 @names_its_errors
 class Ec2NodeClass(pulumi.ComponentResource):
     """The EC2NodeClass custom resource (`kubernetes:karpenter.k8s.aws/v1:EC2NodeClass`)."""
+
+    resource: k8s.apiextensions.CustomResource
 
     def __init__(self, name: str, args: Ec2NodeClassArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         manifest = ec2_nodeclass_manifest(

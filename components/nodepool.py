@@ -89,7 +89,7 @@ def gpu_nodepool_manifest(name: str, *, nodeclass_name: str,
                           consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER,
                           expire_after: str = "720h", termination_grace_period: str | None = None,
                           budgets: Sequence[Mapping[str, Any]] | None = None, labels: Mapping[str, str] | None = None,
-                          weight: int | None = None) -> dict:
+                          weight: int | None = None) -> dict[str, Any]:
     """The NodePool manifest for GPU nodes (a plain dict of plain values; raises ConfigError on a bad value)."""
     labels = dict(labels or {})
     validate({"name": name, "nodeclass_name": nodeclass_name, "instance_types": instance_types,
@@ -178,6 +178,8 @@ class GpuNodePoolArgs:
 class GpuNodePool(pulumi.ComponentResource):
     """The NodePool custom resource (`kubernetes:karpenter.sh/v1:NodePool`)."""
 
+    resource: k8s.apiextensions.CustomResource
+
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         manifest = gpu_nodepool_manifest(
             args.nodepool_name, nodeclass_name=args.nodeclass_name, instance_types=args.instance_types,
@@ -187,7 +189,7 @@ class GpuNodePool(pulumi.ComponentResource):
             weight=args.weight)
         super().__init__("gpuburst:index:GpuNodePool", name, None, opts)
         self.nodepool_name: str = args.nodepool_name
-        self.manifest: dict = manifest
+        self.manifest: dict[str, Any] = manifest
         self.resource = k8s.apiextensions.CustomResource(
             f"{name}-nodepool", api_version=manifest["apiVersion"], kind=manifest["kind"],
             metadata=manifest["metadata"], spec=manifest["spec"],

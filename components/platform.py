@@ -13,7 +13,7 @@ from .catalogue import CHARTS
 from .catalogue.network import GPU_NODE_MIRRORS, MIRRORED_IMAGES
 from .cluster import Cluster, ClusterArgs
 from .config import StackConfig, WorkloadConfig, support_advisory
-from .consumer import GpuConsumer, GpuConsumerArgs
+from .consumer import LIVENESS_ENV, GpuConsumer, GpuConsumerArgs
 from .deploy_access import DeployAccess
 from .deploy_runner import DeployRunner, DeployRunnerArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
@@ -36,7 +36,7 @@ from .network import (
 from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, instance_store_policy_for
 from .nodepool import GpuNodePool, GpuNodePoolArgs
 from .planning.chooser import PatternChoice, choose_pattern, require_pattern
-from .pod import WorkerPodSettings, default_deny_network_policy
+from .pod import WorkerPodSettings, default_deny_network_policy, worker_env
 from .queue import WorkQueue, WorkQueueArgs
 from .scaledjob import GpuScaledJob, GpuScaledJobArgs, settings_for_batch
 from .spec.deploy_runner import runner_log_group
@@ -103,6 +103,29 @@ def choose_patterns(config: StackConfig) -> dict[str, PatternChoice]:
 @names_its_errors
 class GpuBurstPlatform(pulumi.ComponentResource):
     """EKS + Karpenter GPU NodePool + device plugin + KEDA + queues + storage + worker image + workloads."""
+
+    deploy_access: DeployAccess | None
+    data_key: DataKey
+    bootstrap_only: bool
+    cluster: Cluster
+    gpu_node_security: GpuNodeSecurity
+    karpenter: Karpenter
+    nodeclass: Ec2NodeClass
+    nodepool: GpuNodePool
+    device_plugin: NvidiaDevicePlugin
+    keda: Keda
+    default_deny: k8s.networking.v1.NetworkPolicy
+    storage: SlideStorage
+    audit: AuditTrail
+    kubeconfig_json: pulumi.Output[str]
+    queue_urls: dict[str, pulumi.Output[str]]
+    dead_letter_queue_urls: dict[str, pulumi.Output[str]]
+    slides_bucket: pulumi.Output[str]
+    results_bucket: pulumi.Output[str]
+    gpu_nodepool_name: str
+    results_prefix: str
+    workload_patterns: dict[str, dict[str, str]]
+    worker_role_arns: dict[str, pulumi.Output[str]]
 
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None, *,
                  network: ExistingNetwork | None = None, namespace: str = WORKLOAD_NAMESPACE,
@@ -222,7 +245,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             gpu_limit=config.gpu_limit, instance_types=config.gpu_instance_types,
             capacity_types=config.gpu_capacity_types), opts=in_cluster)
         # GPU subnets of the platform's own network have no route out: GPU nodes run the mirrored copies (the
-        # one-time `crane copy` lines: network.mirror_copy_commands, README "Network boundary").
+        # one-time `crane copy` lines: network.mirror_copy_commands, docs/platform.md "Network boundary").
         mirrored: dict[str, pulumi.Output[str]] = {}
         if self.network is not None:
             account = aws.get_caller_identity_output().account_id
@@ -302,13 +325,14 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 namespace=namespace, count=warm.count, start=warm.start, end=warm.end,
                 timezone=warm.timezone, keda_chart=self.keda.chart,
                 depends_on=[*namespace_dependency, self.nodepool.resource, self.device_plugin.chart],
-                pod=WorkerPodSettings(image=worker_image),
+                pod=WorkerPodSettings(image=worker_image), nodepool=self.nodepool.nodepool_name,
                 **({"pause_image": mirrored[PAUSE_SOURCE].apply(lambda r: f"{r}:{PAUSE_TAG_AND_DIGEST}")}
                    if PAUSE_SOURCE in mirrored else {})), opts=in_cluster)
             workload_priority = [self.warm_floor.workload_priority_class]
 
         self.queues: dict[str, WorkQueue] = {}
-        self.workloads: dict[str, pulumi.ComponentResource] = {}
+        self.workloads: dict[str, GpuScaledJob | GpuConsumer] = {}
+        workload_env_names: set[str] = set()  # what verify's identity probe copies (its admission rule's params)
         self.choices = choices
         for w in config.workloads:
             queue = WorkQueue(f"{name}-{w.name}-queue", WorkQueueArgs(
@@ -322,6 +346,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                                     region=config.region,
                                     priority_class_name=self.warm_floor.priority_class_name if self.warm_floor
                                     else None, model=model, precision=w.precision, annotations=image_annotations)
+            workload_env_names.update(e["name"] for e in worker_env(pod, ""))
             cache_dependency = [self.model_cache] if model is not None and self.model_cache is not None else []
             workload_opts = pulumi.ResourceOptions.merge(
                 in_cluster, pulumi.ResourceOptions(depends_on=[*namespace_dependency, self.nodepool.resource,
@@ -335,7 +360,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                           slides_prefix=self.storage.slides_prefix, results_prefix=self.storage.results_prefix,
                           queue_kms_key_arn=data_key_arn, bucket_kms_key_arn=data_key_arn,
                           slides_bucket_kms_key_arn=data_key_arn, role_path=worker_role_path,
-                          egress_cidrs=(vpc_cidr,))
+                          egress_cidrs=(vpc_cidr,), nodepool=self.nodepool)
             if choices[w.name].pattern == "scaledjob":
                 self.workloads[w.name] = GpuScaledJob(f"{w.name}", GpuScaledJobArgs(
                     keda=self.keda, facts=workload_facts(w), scaler_identity_owner=config.keda_identity_owner,
@@ -347,6 +372,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             else:
                 self.workloads[w.name] = GpuConsumer(f"{w.name}", GpuConsumerArgs(facts=workload_facts(w), **common),
                                                      opts=workload_opts)
+                workload_env_names.add(LIVENESS_ENV)
 
         # verify as code: the rights `python -m gpuburst verify` needs, and a hook Job that runs it again whenever a
         # version it guards changes (components/verify_runner.py).
@@ -360,6 +386,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                 results_bucket=self.storage.results_bucket_name, results_bucket_arn=self.storage.results_bucket_arn,
                 results_prefix=self.storage.results_prefix, kms_key_arn=data_key_arn, role_path=worker_role_path,
                 egress_cidrs=(vpc_cidr,),
+                probe_service_accounts=[getattr(wl, "service_account_name") for wl in self.workloads.values()],
+                probe_env_names=sorted(workload_env_names),
                 inspected_role_arns=[*(wl.role_arn for wl in self.workloads.values()),
                                      *(wl.scaler.role_arn for wl in self.workloads.values()
                                        if isinstance(wl, GpuScaledJob) and wl.scaler.role_arn is not None),

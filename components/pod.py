@@ -6,12 +6,13 @@ escalation, all capabilities dropped, seccomp `RuntimeDefault`, an image pinned 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION, WORKER_UID
+from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION, NODEPOOL_LABEL, WORKER_UID
 from .spec.policy_documents import (
     dead_letter_sender_statements,
     policy_document,
@@ -32,6 +33,40 @@ from .spec.worker_pod import (
     checked_image,
     model_object_arn,
 )
+
+if TYPE_CHECKING:
+    import pulumi_kubernetes as k8s
+
+    from .identity import WorkloadIdentity
+    from .nodepool import GpuNodePool
+
+_NODEPOOL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+
+
+def worker_node_selector(nodepool: str | None) -> dict[str, str]:
+    """The worker pod's nodeSelector: any GPU node (`nvidia.com/gpu.present`), and with `nodepool` only the nodes of
+    that Karpenter NodePool (`karpenter.sh/nodepool`, the well-known label Karpenter sets on every node it launches
+    and matches in pod scheduling constraints: karpenter.sh docs, Scheduling, "Well-Known Labels"), so a team's pods
+    never take another team's GPUs and the pool's `gpu_limit` caps what the team runs."""
+    if nodepool is None:
+        return dict(GPU_NODE_SELECTOR)
+    if not (isinstance(nodepool, str) and _NODEPOOL_NAME.match(nodepool)):
+        raise ConfigError("WorkerAccessArgs.nodepool", nodepool,
+                          "a NodePool name (lower-case letters, digits, '-', '.'), a GpuNodePool, or None")
+    return {**GPU_NODE_SELECTOR, NODEPOOL_LABEL: nodepool}
+
+
+def workload_nodepool(nodepool: GpuNodePool | str | None) -> tuple[str | None, list[pulumi.Resource]]:
+    """(the NodePool name the workload's pods select, what the workload waits for) from `WorkerAccessArgs.nodepool`:
+    a GpuNodePool gives its name and its NodePool resource (the pods are created after the pool), a str only the
+    name, None neither."""
+    if nodepool is None or isinstance(nodepool, str):
+        return nodepool, []
+    name = getattr(nodepool, "nodepool_name", None)
+    resource = getattr(nodepool, "resource", None)
+    if not isinstance(name, str):
+        raise ConfigError("WorkerAccessArgs.nodepool", nodepool, "a GpuNodePool, a NodePool name, or None")
+    return name, [resource] if isinstance(resource, pulumi.Resource) else []
 
 
 def pinned_image(image: pulumi.Input[str]) -> pulumi.Input[str]:
@@ -87,8 +122,9 @@ def model_cache_volume(m: ModelMount | None) -> tuple[list[dict[str, Any]], list
 
 
 def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]], queue_url: pulumi.Input[str],
-                      service_account_name: str, restart_policy: str) -> dict[str, Any]:
-    """A PodSpec (plain dict, may hold Outputs) running `command` in the hardened worker container.
+                      service_account_name: str, restart_policy: str, nodepool: str | None = None) -> dict[str, Any]:
+    """A PodSpec (plain dict, may hold Outputs) running `command` in the hardened worker container, on the nodes of
+    NodePool `nodepool` when given (`worker_node_selector`).
 
     No liveness/readiness probes: a job must not be restarted by a probe mid-slide (its success is its exit code),
     and the consumer serves no traffic (no Service) while its progress is watched through the queue.
@@ -144,7 +180,7 @@ def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]],
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         **({"priorityClassName": s.priority_class_name} if s.priority_class_name else {}),
-        "nodeSelector": dict(GPU_NODE_SELECTOR),
+        "nodeSelector": worker_node_selector(nodepool),
         "tolerations": [dict(GPU_TOLERATION)],
         "containers": [container],
         "volumes": [
@@ -161,13 +197,15 @@ def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]],
 
 
 def hardened_pod_template(s: WorkerPodSettings, *, command: list[pulumi.Input[str]], queue_url: pulumi.Input[str],
-                          service_account_name: str, restart_policy: str, labels: dict[str, str]) -> dict[str, Any]:
+                          service_account_name: str, restart_policy: str, labels: dict[str, str],
+                          nodepool: str | None = None) -> dict[str, Any]:
     """A PodTemplateSpec: `hardened_pod_spec` plus labels, the karpenter.sh/do-not-disrupt annotation and
     `s.annotations`."""
     return {
         "metadata": {"labels": dict(labels), "annotations": {**s.annotations, **DO_NOT_DISRUPT}},
         "spec": hardened_pod_spec(s, command=command, queue_url=queue_url,
-                                  service_account_name=service_account_name, restart_policy=restart_policy),
+                                  service_account_name=service_account_name, restart_policy=restart_policy,
+                                  nodepool=nodepool),
     }
 
 
@@ -176,7 +214,8 @@ def worker_policy(queue_arn: pulumi.Input[str], bucket_arn: pulumi.Input[str], s
                   queue_kms_key_arn: pulumi.Input[str] | None = None,
                   bucket_kms_key_arn: pulumi.Input[str] | None = None,
                   slides_bucket_kms_key_arn: pulumi.Input[str] | None = None,
-                  dead_letter_queue_arn: pulumi.Input[str] | None = None, model: ModelMount | None = None) -> dict:
+                  dead_letter_queue_arn: pulumi.Input[str] | None = None,
+                  model: ModelMount | None = None) -> dict[str, Any]:
     """The worker role's policy: consume its one queue; read slides; read and write results (nothing with `*`).
 
     With `model`, the worker may also `s3:GetObject` that one model object (its exact ARN: no other key of the
@@ -319,16 +358,24 @@ class WorkerAccessArgs:
     network_policy: bool = True
     """Declare the worker NetworkPolicy (no ingress; egress DNS, Pod Identity agent, HTTPS to egress_cidrs). Default
     True."""
-    egress_cidrs: tuple[str, ...] | None = None
+    egress_cidrs: list[str] | tuple[str, ...] | None = None
     """Where the worker may send HTTPS: the VPC's private IPv4 CIDR(s), where the interface endpoints answer for SQS,
     S3 and the other AWS APIs (GpuBurstPlatform passes its VPC's; a stack attached to an existing cluster passes that
-    cluster's VPC CIDR). 0.0.0.0/0 and ::/0 are refused. Default None: no HTTPS egress, so the worker reaches no AWS
-    API where NetworkPolicy is enforced (a warning says so)."""
+    cluster's VPC CIDR). 0.0.0.0/0 and ::/0 are refused. Required while `network_policy` is True (the default): left
+    out, the worker would reach no AWS API and never take a message, so it is refused in one line. Default None (only
+    with `network_policy=False`, where a NetworkPolicy of your own must allow it; the pack's `worker-aws-egress`
+    judges that one)."""
     queue_visibility_timeout_s: int | None = None
     """The work queue's visibility timeout, seconds, when known (`WorkQueue.visibility_timeout_s`): the pod's
     `visibility_timeout_s` must equal it, or the worker renews on the wrong clock (too short a value lets a slow
     slide reappear and be processed twice; too long, its renewals never keep up). Default None: not checked (a queue
-    declared in another stack)."""
+    declared in another stack; the pack's `worker-queue-visibility` still compares the two when both are in the
+    plan)."""
+    nodepool: GpuNodePool | str | None = None
+    """The GPU NodePool the worker pods run on: a GpuNodePool (its name; the workload is created after it) or a
+    NodePool name. The pods then select `karpenter.sh/nodepool: <name>` beside `nvidia.com/gpu.present`, so they
+    never land on another team's pool and the pool's `gpu_limit` caps this workload. GpuBurstPlatform passes its
+    GPU NodePool. Default None: any GPU NodePool of the cluster (the pack's `worker-nodepool` advisory says so)."""
 
 
 def check_queue_visibility(args: WorkerAccessArgs) -> None:
@@ -340,8 +387,24 @@ def check_queue_visibility(args: WorkerAccessArgs) -> None:
                           "its expected processing time): the worker renews its messages on that clock")
 
 
+def check_worker_egress(args: WorkerAccessArgs) -> None:
+    """ConfigError when the worker NetworkPolicy would allow no HTTPS: a refusal, not a warning, because such a
+    worker reaches neither SQS nor S3 nor STS (all through the VPC's interface endpoints) and never takes a message.
+
+    Derived egress was the other choice and is not made: a workload component knows no network (it may attach to a
+    cluster another stack runs), and a CIDR looked up at deploy time would be unknown to the pack during a preview.
+    The platform passes its VPC's CIDR; a component stack passes the cluster's VPC CIDR it was given."""
+    if args.network_policy and not check_egress_cidrs(args.egress_cidrs):
+        raise ConfigError("WorkerAccessArgs.egress_cidrs", args.egress_cidrs,
+                          "the VPC's private CIDR(s), e.g. ['10.64.0.0/16'] (ExistingNetwork.vpc_cidr): the worker "
+                          "NetworkPolicy allows HTTPS only there, where the interface endpoints answer for SQS, S3 "
+                          "and STS; without it the worker reaches no AWS API (network_policy=False leaves the egress "
+                          "to a NetworkPolicy of your own)")
+
+
 def declare_worker_identity(name: str, args: WorkerAccessArgs, service_account_name: str,
-                            labels: dict[str, str], opts: pulumi.ResourceOptions) -> tuple[Any, Any]:
+                            labels: dict[str, str],
+                            opts: pulumi.ResourceOptions) -> tuple[k8s.core.v1.ServiceAccount, WorkloadIdentity]:
     """The worker's ServiceAccount (no token mounted) and its least-privilege Pod Identity role, for either workload
     pattern."""
     import pulumi_kubernetes as k8s
@@ -349,9 +412,7 @@ def declare_worker_identity(name: str, args: WorkerAccessArgs, service_account_n
     from .identity import WorkloadIdentity, WorkloadIdentityArgs
 
     check_queue_visibility(args)
-    if args.network_policy and not check_egress_cidrs(args.egress_cidrs):
-        pulumi.log.warn(f"{name}: WorkerAccessArgs.egress_cidrs is not set: the worker NetworkPolicy allows no HTTPS, "
-                        "so the worker reaches no AWS API (pass the VPC's CIDR)")
+    check_worker_egress(args)
     policy = worker_policy(args.queue_arn, args.bucket_arn, args.slides_prefix, args.results_prefix,
                            slides_bucket_arn=args.slides_bucket_arn, queue_kms_key_arn=args.queue_kms_key_arn,
                            dead_letter_queue_arn=args.dead_letter_queue_arn,

@@ -315,17 +315,32 @@ class WorkQueue(pulumi.ComponentResource):
     """SQS work queue + DLQ (redrive, TLS-only policies, SSE), two CloudWatch alarms, and an encrypted SNS topic."""
 
     queue: aws.sqs.Queue
+    """The work queue."""
     dlq: aws.sqs.Queue
+    """Its dead-letter queue."""
     topic: aws.sns.Topic
+    """The encrypted SNS topic both alarms notify (`alarm_emails` are subscribed to it)."""
     queue_url: pulumi.Output[str]
+    """The work queue's URL: a workload's `queue_url`, what producers send to."""
     queue_arn: pulumi.Output[str]
+    """The work queue's ARN: a workload's `queue_arn` (its role's grants)."""
     queue_name: str
+    """The work queue's physical name (`NAME`, or `NAME.fifo`)."""
     dlq_url: pulumi.Output[str]
+    """The dead-letter queue's URL (`python -m worker dlq list` reads it)."""
     dlq_arn: pulumi.Output[str]
+    """The dead-letter queue's ARN: a workload's `dead_letter_queue_arn`."""
     dlq_name: str
+    """The dead-letter queue's physical name (`NAME-dlq`, or `NAME-dlq.fifo`)."""
     topic_arn: pulumi.Output[str]
+    """The alarm topic's ARN."""
     visibility_timeout_s: int
+    """The work queue's visibility timeout, seconds: 2 × `expected_processing_s`. Pass it as both
+    `WorkerPodSettings.visibility_timeout_s` and the workload's `queue_visibility_timeout_s`."""
     fifo: bool
+    """Whether the queues are FIFO (`WorkQueueArgs.fifo`)."""
+    topic_key: aws.kms.Key
+    alarms: list[aws.cloudwatch.MetricAlarm]
 
     def __init__(self, name: str, args: WorkQueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         base = args.name if args.name is not None else name

@@ -25,14 +25,14 @@ SKIP_SUFFIXES = (".pyc", ".pyo")
 """Files neither hashed nor copied: bytecode."""
 
 
-def recipe_candidates(package_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
+def recipe_candidates(package_dir: str | os.PathLike[str] | None = None) -> tuple[Path, Path]:
     """(the installed recipe `<package>/recipe`, the repository root `<package>/..`) for the package folder
     `package_dir` (default: the folder of this module, i.e. `gpuburst/` installed or `components/` here)."""
     package = Path(package_dir) if package_dir is not None else Path(__file__).resolve().parent
     return package / RECIPE_DIR, package.parent
 
 
-def worker_recipe_dir(package_dir: str | os.PathLike | None = None) -> Path:
+def worker_recipe_dir(package_dir: str | os.PathLike[str] | None = None) -> Path:
     """The build context of the worker image: the installed `gpuburst/recipe` when it holds `worker/Dockerfile`,
     else the repository root when it does; else the installed path, so that the image's validation names the folder
     where the recipe was expected (a broken install)."""
@@ -43,7 +43,7 @@ def worker_recipe_dir(package_dir: str | os.PathLike | None = None) -> Path:
     return installed
 
 
-def default_context(package_dir: str | os.PathLike | None = None) -> str:
+def default_context(package_dir: str | os.PathLike[str] | None = None) -> str:
     """`worker_recipe_dir()` as `WorkerImageArgs.context` writes it: relative to the working folder when it is that
     folder or below it (`.` when a program runs from this repository's root, so the plan holds no machine path and
     the Dockerfile reads `worker/Dockerfile` as before), else absolute (the installed recipe in site-packages)."""

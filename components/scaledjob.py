@@ -18,14 +18,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .catalogue import KEDA_DEFAULT_POLLING_INTERVAL_S, KEDA_VERSION
+from .identity import WorkloadIdentity
 from .keda import Keda, KedaScalerAuth, KedaScalerAuthArgs
-from .planning.chooser import require_pattern
+from .planning.chooser import PatternChoice, choose_pattern, require_pattern
 from .pod import (
     WorkerAccessArgs,
     WorkerPodSettings,
     declare_worker_identity,
     hardened_pod_template,
     worker_network_policy,
+    workload_nodepool,
 )
 from .spec.keda_schema import API_VERSION, SQS_TRIGGER, check_keda_manifest
 from .spec.names import WORKER_LABEL
@@ -35,6 +37,7 @@ from .spec.workload import (
     JOB_DEADLINE_MAX_S,
     MESSAGES_PER_JOB_MAX,
     WorkloadFacts,
+    choice_annotations,
     fact_annotations,
     job_deadline_s,
 )
@@ -118,17 +121,18 @@ def check_scaled_job_settings(s: ScaledJobSettings, facts: WorkloadFacts) -> Non
 def scaled_job_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[str], region: str, auth_name: str,
                         service_account_name: str, pod: WorkerPodSettings, settings: ScaledJobSettings,
                         keda_version: str = KEDA_VERSION,
-                        annotations: dict[str, str] | None = None) -> dict[str, Any]:
+                        annotations: dict[str, str] | None = None, nodepool: str | None = None) -> dict[str, Any]:
     """The ScaledJob manifest (plain dict; queue URL and image may be Outputs), checked against `keda_version`.
 
-    `annotations` (e.g. `chooser.fact_annotations(facts)`) go on the ScaledJob's metadata."""
+    `annotations` (e.g. `chooser.fact_annotations(facts)`) go on the ScaledJob's metadata; `nodepool` ties the job
+    pods to that NodePool (`pod.worker_node_selector`)."""
     labels = {"app.kubernetes.io/name": WORKER_LABEL, "app.kubernetes.io/instance": name,
               "app.kubernetes.io/component": "scaledjob"}
     command = ["python", "-m", "worker", "consume", "--mode", "job", "--queue-url", queue_url,
                "--max-messages", str(settings.max_messages_per_job)]
     template = hardened_pod_template(pod, command=command, queue_url=queue_url,
                                      service_account_name=service_account_name, restart_policy="Never",
-                                     labels=labels)
+                                     labels=labels, nodepool=nodepool)
     spec: dict[str, Any] = {
         "jobTargetRef": {
             "parallelism": 1,
@@ -190,6 +194,9 @@ class GpuScaledJob(pulumi.ComponentResource):
     scaled_job: k8s.apiextensions.CustomResource
     role_arn: pulumi.Output[str]
     service_account_name: str
+    scaler: KedaScalerAuth
+    identity: WorkloadIdentity
+    choice: PatternChoice
 
     def __init__(self, name: str, args: GpuScaledJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpuburst:index:GpuScaledJob", name, None, opts)
@@ -202,10 +209,13 @@ class GpuScaledJob(pulumi.ComponentResource):
         self.service_account_name = f"{name}-worker"
         auth_name = f"{name}-sqs-auth"
         # Build and check the manifest (pod hardening, image digest, KEDA schema) before declaring resources.
+        pick = choose_pattern(args.facts, messages_per_job=settings.max_messages_per_job)
+        nodepool, pool_dependency = workload_nodepool(args.nodepool)
         manifest = scaled_job_manifest(
             name=name, namespace=args.namespace, queue_url=args.queue_url, region=args.pod.region,
             auth_name=auth_name, service_account_name=self.service_account_name, pod=args.pod, settings=settings,
-            keda_version=args.keda.version, annotations=fact_annotations(args.facts))
+            keda_version=args.keda.version, nodepool=nodepool,
+            annotations={**fact_annotations(args.facts), **choice_annotations(pick.pattern, pick.reason)})
         child = pulumi.ResourceOptions(parent=self)
         service_account, self.identity = declare_worker_identity(
             name, args, self.service_account_name, manifest["metadata"]["labels"], child)
@@ -222,7 +232,7 @@ class GpuScaledJob(pulumi.ComponentResource):
             metadata=manifest["metadata"], spec=manifest["spec"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[
                 *([args.keda.chart] if args.keda.chart is not None else []), service_account, self.identity,
-                self.scaler]))
+                self.scaler, *pool_dependency]))
         if args.network_policy:
             np_ = worker_network_policy(name, args.namespace, manifest["metadata"]["labels"],
                                         egress_cidrs=args.egress_cidrs)

@@ -158,7 +158,7 @@ def validate_args(args: SlideStorageArgs) -> None:
                           "None unless vpc_endpoint_ids is set (there is no endpoint restriction to be exempt from)")
 
 
-def encryption_rule(kms_key_arn: pulumi.Input[str] | None) -> dict:
+def encryption_rule(kms_key_arn: pulumi.Input[str] | None) -> dict[str, Any]:
     """The default-encryption rule of a data bucket (inputs of BucketServerSideEncryptionConfiguration.rules[0])."""
     by_default: dict[str, Any] = {"sse_algorithm": SSE_ALGORITHM}
     if kms_key_arn is not None:
@@ -166,7 +166,7 @@ def encryption_rule(kms_key_arn: pulumi.Input[str] | None) -> dict:
     return {"apply_server_side_encryption_by_default": by_default, "bucket_key_enabled": True}
 
 
-def lifecycle_rules(noncurrent_version_expiration_days: int | None) -> list[dict]:
+def lifecycle_rules(noncurrent_version_expiration_days: int | None) -> list[dict[str, Any]]:
     """Lifecycle rules (inputs of BucketLifecycleConfiguration.rules) for one bucket."""
     rules: list[dict] = [{
         "id": "abort-incomplete-multipart-uploads",
@@ -187,8 +187,17 @@ def lifecycle_rules(noncurrent_version_expiration_days: int | None) -> list[dict
 class _PrivateBucket:
     """One bucket and its controls but its policy (a helper of SlideStorage, not a component of its own)."""
 
+    bucket: aws.s3.Bucket
+    public_access_block: aws.s3.BucketPublicAccessBlock
+    ownership: aws.s3.BucketOwnershipControls
+    encryption: aws.s3.BucketServerSideEncryptionConfiguration
+    versioning: aws.s3.BucketVersioning
+    lifecycle: aws.s3.BucketLifecycleConfiguration
+    policy: aws.s3.BucketPolicy
+    name: str
+
     def __init__(self, name: str, bucket_name: str | None, *, versioned: bool, tags: dict[str, str],
-                 encryption: dict, noncurrent_days: int | None, parent: pulumi.Resource) -> None:
+                 encryption: dict[str, Any], noncurrent_days: int | None, parent: pulumi.Resource) -> None:
         child = pulumi.ResourceOptions(parent=parent)
         self.name = name
         self.bucket = aws.s3.Bucket(name, bucket=bucket_name, force_destroy=False, tags=tags, opts=child)
@@ -210,7 +219,7 @@ class _PrivateBucket:
         self.controls: list[pulumi.Resource] = [self.public_access_block, self.ownership, self.encryption,
                                                 self.versioning, self.lifecycle]
 
-    def set_policy(self, policy: pulumi.Input[dict], parent: pulumi.Resource,
+    def set_policy(self, policy: pulumi.Input[dict[str, Any]], parent: pulumi.Resource,
                    after: list[pulumi.Resource] | None = None) -> None:
         # Last: S3 rejects concurrent bucket-level changes (OperationAborted), and a deny of requests from outside
         # the VPC endpoints must not lock the deployment out of the bucket's other settings half-way.
@@ -220,7 +229,8 @@ class _PrivateBucket:
             opts=pulumi.ResourceOptions(parent=parent, depends_on=[*self.controls, *(after or [])]))
 
 
-def data_bucket_policy(bucket_arn: pulumi.Input[str], part: BucketPart, args: SlideStorageArgs) -> pulumi.Input[dict]:
+def data_bucket_policy(bucket_arn: pulumi.Input[str], part: BucketPart,
+                       args: SlideStorageArgs) -> pulumi.Input[dict[str, Any]]:
     """A clinical bucket's policy: TLS only; with `vpc_endpoint_ids`, the endpoint boundary, from the deploy model
     when there is one (`spec.bucket_access`), else with only `break_glass_role_arns` exempt."""
     if args.vpc_endpoint_ids is None or args.deploy_model is None:
@@ -249,6 +259,8 @@ class SlideStorage(pulumi.ComponentResource):
     access_log_bucket_arn: pulumi.Output[str] | None
     slides_prefix: str
     results_prefix: str
+    slides: _PrivateBucket
+    results: _PrivateBucket
 
     def __init__(self, name: str, args: SlideStorageArgs | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:

@@ -1,11 +1,16 @@
 """VerifyRunner: what `python -m gpuburst verify` needs in the cluster and in IAM, declared as code, and a hook Job.
 
 The RBAC verify needs is ONE table, `RBAC_RULES` (rules as data, each with the checks that use it); the ClusterRole,
-the Roles and their bindings are built from it. The AWS actions are `iam_policy` (no `*` action; every resource
-scoped where the action has a resource type). The hook Job runs `verify --json - --strict` after `pulumi up`, named
-with a short hash of the versions it guards (`guarded_versions_hash`), so a change of Karpenter, KEDA, the device
-plugin or the AMI alias makes a new Job; its verdict is one JSON document on the container's stdout (CloudWatch
-Container Insights / Fluent Bit ship it: a metric filter on `{ $.run.exit_status != 0 }` can alarm).
+the Roles and their bindings are built from it. The Jobs that identity may create are pinned by an admission rule
+(a ValidatingAdmissionPolicy, its binding and its params: `spec/verify_admission.py`, which also argues why the log
+reads stay): only verify's two probes as built, so no one in the group can run a Job that reads slides as a
+workload's ServiceAccount. The AWS actions are `iam_policy` (no `*` action; every resource scoped where the action has
+a resource type; on the work queues only GetQueueAttributes and SendMessage, never a receive, delete or visibility
+change; S3 only on the probe objects, `*.txt` under the probe folder). The hook Job runs `verify --json - --strict`
+after `pulumi up`, named with a short hash of the versions it guards (`guarded_versions_hash`), so a change of
+Karpenter, KEDA, the device plugin or the AMI alias makes a new Job; its verdict is one JSON document on the
+container's stdout (CloudWatch Container Insights / Fluent Bit ship it: a metric filter on
+`{ $.run.exit_status != 0 }` can alarm).
 """
 from __future__ import annotations
 
@@ -18,17 +23,26 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from .catalogue import CHARTS
+from .identity import WorkloadIdentity, WorkloadIdentityArgs
 from .pod import POD_IDENTITY_AGENT_CIDRS, check_egress_cidrs, pinned_image
 from .spec.names import POOL_LABEL, SYSTEM_POOL, WORKER_UID
 from .spec.policy_documents import policy_document
 from .spec.validation import ConfigError, names_its_errors
+from .spec.verify_admission import (
+    PROBE_FOLDER,
+    PROBE_OBJECT_SUFFIX,
+    VERIFY_GROUP,
+    VERIFY_SERVICE_ACCOUNT,
+    admission_binding_manifest,
+    admission_params_data,
+    admission_params_manifest,
+    admission_policy_manifest,
+)
 
-RUNNER_NAME = "gpuburst-verify"
+RUNNER_NAME = VERIFY_SERVICE_ACCOUNT
 """Name of the ServiceAccount, ClusterRole, Roles and bindings, and the prefix of the Job and CronJob."""
 RUNNER_LABELS = {"app.kubernetes.io/name": RUNNER_NAME, "app.kubernetes.io/part-of": "gpuburst"}
 """Labels of the runner's pods (the NetworkPolicy selects them)."""
-VERIFY_GROUP = "gpuburst:verify"
-"""Kubernetes group bound to the same rights (an EKS access entry for a CI principal puts it there)."""
 KEDA_NAMESPACE = CHARTS["keda"].namespace
 KARPENTER_NAMESPACE = CHARTS["karpenter"].namespace
 READ = ("get", "list", "watch")
@@ -139,25 +153,29 @@ def iam_policy(*, region: str, cluster_arn: pulumi.Input[str], queue_arns: list[
                worker_role_arns: list[pulumi.Input[str]] | None = None,
                inspected_role_arns: list[pulumi.Input[str]] | None = None,
                inspected_policy_arns: list[pulumi.Input[str]] | None = None,
-               kms_key_arn: pulumi.Input[str] | None = None) -> dict:
+               kms_key_arn: pulumi.Input[str] | None = None) -> dict[str, Any]:
     """The runner role's policy: the AWS calls verify makes (docs/verify.md's checks table), nothing with `*`
     actions. `worker_role_arns`: sts:AssumeRole on them (worker-iam tests the worker's own role; their trust must
     allow this role). Without them worker-iam runs with the runner's ambient credentials. `inspected_role_arns`: the
     worker, scaler and KEDA operator roles whose policies verify reads (iam:GetRole, the inline and attached
     policies' lists); `inspected_policy_arns`: managed policies attached to them (iam:GetPolicy, GetPolicyVersion)."""
     prefix = results_prefix if results_prefix.endswith("/") else results_prefix + "/"
-    probe_objects = (f"{results_bucket_arn}/{prefix}gpuburst-verify/*" if isinstance(results_bucket_arn, str)
-                     else pulumi.Output.concat(results_bucket_arn, "/", prefix, "gpuburst-verify/*"))
+    # `*.txt`: every probe object's key ends so and no worker output does, so a work message verify sends (it may
+    # send to the queue) cannot have the worker write a slide's overlay or preview where verify may read it.
+    objects = f"{prefix}{PROBE_FOLDER}*{PROBE_OBJECT_SUFFIX}"
+    probe_objects = (f"{results_bucket_arn}/{objects}" if isinstance(results_bucket_arn, str)
+                     else pulumi.Output.concat(results_bucket_arn, "/", objects))
     statements: list[dict] = [
         {"Sid": "DescribeCluster", "Effect": "Allow", "Action": ["eks:DescribeCluster"], "Resource": [cluster_arn]},
         {"Sid": "DescribeWithoutResourceType", "Effect": "Allow", "Action": list(DESCRIBE_ONLY_ACTIONS),
          "Resource": "*", "Condition": {"StringEquals": {"aws:RequestedRegion": region}}},
     ]
     if queue_arns:
+        # Send and look only: SQS cannot limit a receive, delete or visibility change to one message (a receive hands
+        # out whatever is visible, counting toward the dead-letter queue), so the KEDA probe never makes one and the
+        # role may not (components/verify/keda_probe.py; the opt-in burst check runs with an operator's rights).
         statements.append({"Sid": "KedaProbe", "Effect": "Allow",
-                           "Action": ["sqs:GetQueueAttributes", "sqs:SendMessage", "sqs:ReceiveMessage",
-                                      "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"],
-                           "Resource": list(queue_arns)})
+                           "Action": ["sqs:GetQueueAttributes", "sqs:SendMessage"], "Resource": list(queue_arns)})
     statements.append({"Sid": "WorkerIamProbeObjects", "Effect": "Allow",
                        "Action": ["s3:PutObject", "s3:GetObject", "s3:DeleteObject"], "Resource": [probe_objects]})
     if kms_key_arn is not None:
@@ -332,6 +350,12 @@ class VerifyRunnerArgs:
     """activeDeadlineSeconds of the Job: above verify's --timeout-s (900) plus the KEDA probe waits. Default 1800."""
     ttl_s: int = 86400
     """ttlSecondsAfterFinished: the finished Job (and its log) is kept a day, then deleted. Default 86400."""
+    probe_service_accounts: list[str] = field(default_factory=list)
+    """The workloads' ServiceAccounts the identity probe may run as (the admission rule's params). Default none:
+    then only the gpu-job (no ServiceAccount) is admitted and workload-identity reports its probes refused."""
+    probe_env_names: list[str] = field(default_factory=list)
+    """Env names the workloads' containers set, which the identity probe copies (the admission rule's params; HOME,
+    TMPDIR and NVIDIA_DRIVER_CAPABILITIES are always allowed). Default none."""
     skip_checks: tuple[str, ...] = HOOK_SKIPPED_CHECKS
     """Checks the hook passes to `--skip` (each must be one of verify's check names). Default HOOK_SKIPPED_CHECKS."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
@@ -340,11 +364,21 @@ class VerifyRunnerArgs:
 
 @names_its_errors
 class VerifyRunner(pulumi.ComponentResource):
-    """ServiceAccount + RBAC from RBAC_RULES + a Pod Identity role + NetworkPolicy + the hook Job (+ CronJob)."""
+    """ServiceAccount + the admission rule on its Jobs + RBAC from RBAC_RULES + a Pod Identity role + NetworkPolicy +
+    the hook Job (+ CronJob)."""
+
+    service_account: k8s.core.v1.ServiceAccount
+    admission_params: k8s.core.v1.ConfigMap
+    admission_policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
+    admission_binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
+    cluster_role: k8s.rbac.v1.ClusterRole
+    identity: WorkloadIdentity
+    network_policy: k8s.networking.v1.NetworkPolicy
+    job_name: str
+    job: k8s.batch.v1.Job
+    role_arn: pulumi.Output[str]
 
     def __init__(self, name: str, args: VerifyRunnerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        from .identity import WorkloadIdentity, WorkloadIdentityArgs
-
         if not args.guarded_versions:
             raise ConfigError("VerifyRunnerArgs.guarded_versions", args.guarded_versions,
                               "a non-empty map of name -> version")
@@ -356,20 +390,37 @@ class VerifyRunner(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata={"name": RUNNER_NAME, "namespace": ns, "labels": dict(RUNNER_LABELS)},
             automount_service_account_token=False, opts=child)
+        # The admission rule pinning the Jobs the verify identity may create (spec/verify_admission.py): the RBAC
+        # bindings wait for it, so the right to create Jobs never exists without it.
+        params = admission_params_manifest(ns, admission_params_data(
+            image=pinned_image(args.worker_image), results_bucket=args.results_bucket,
+            results_prefix=args.results_prefix, service_accounts=args.probe_service_accounts,
+            env_names=args.probe_env_names))
+        self.admission_params = k8s.core.v1.ConfigMap(f"{name}-admission-params", metadata=params["metadata"],
+                                                      data=params["data"], opts=child)
+        vap = admission_policy_manifest(ns)
+        self.admission_policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-admission", metadata=vap["metadata"], spec=vap["spec"], opts=child)
+        vapb = admission_binding_manifest(ns)
+        self.admission_binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-admission-binding", metadata=vapb["metadata"], spec=vapb["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.admission_policy, self.admission_params]))
+        admitted = pulumi.ResourceOptions(parent=self, depends_on=[self.admission_binding])
         cr = cluster_role_manifest()
         self.cluster_role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=cr["metadata"], rules=cr["rules"],
                                                     opts=child)
         crb = cluster_role_binding_manifest(ns)
         bindings: list[pulumi.Resource] = [k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-clusterrolebinding", metadata=crb["metadata"], role_ref=crb["roleRef"], subjects=crb["subjects"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_role]))]
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_role, self.admission_binding]))]
         for role_m, binding_m in role_manifests(ns):
             where = role_m["metadata"]["namespace"]
             role = k8s.rbac.v1.Role(f"{name}-role-{where}", metadata=role_m["metadata"], rules=role_m["rules"],
                                     opts=child)
             bindings.append(k8s.rbac.v1.RoleBinding(
                 f"{name}-rolebinding-{where}", metadata=binding_m["metadata"], role_ref=binding_m["roleRef"],
-                subjects=binding_m["subjects"], opts=pulumi.ResourceOptions(parent=self, depends_on=[role])))
+                subjects=binding_m["subjects"], opts=pulumi.ResourceOptions.merge(
+                    admitted, pulumi.ResourceOptions(depends_on=[role]))))
         self.identity = WorkloadIdentity(f"{name}-identity", WorkloadIdentityArgs(
             cluster_name=args.cluster_name, namespace=ns, service_account=RUNNER_NAME, cluster_arn=arn,
             role_path=args.role_path,
@@ -387,7 +438,7 @@ class VerifyRunner(pulumi.ComponentResource):
             # each of those grants more than RBAC_RULES.
             self.access_entry = aws.eks.AccessEntry(
                 f"{name}-ci-access", cluster_name=args.cluster_name, principal_arn=args.ci_principal_arn,
-                kubernetes_groups=[VERIFY_GROUP], type="STANDARD", opts=child)
+                kubernetes_groups=[VERIFY_GROUP], type="STANDARD", opts=admitted)
         command = verify_command(namespace=ns, nodepool=args.nodepool, cluster_name=args.cluster_name,
                                  region=args.region, queue_urls=list(args.queue_urls),
                                  results_bucket=args.results_bucket, results_prefix=args.results_prefix,

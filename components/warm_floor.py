@@ -21,8 +21,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .catalogue import PAUSE_IMAGE
+from .pod import worker_node_selector
 from .spec.keda_schema import API_VERSION as KEDA_API_VERSION
-from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION
+from .spec.names import GPU_RESOURCE, GPU_TOLERATION
 from .spec.quantity import fmt_cpu
 from .spec.validation import ConfigError, names_its_errors
 from .spec.worker_pod import WorkerPodSettings
@@ -104,10 +105,11 @@ def prepull_init_container(image: Any) -> dict[str, Any]:
 
 def placeholder_deployment_manifest(namespace: str, *, name: str = PLACEHOLDER_NAME,
                                     pod: WorkerPodSettings | None = None,
-                                    pause_image: Any = PAUSE_IMAGE) -> dict[str, Any]:
+                                    pause_image: Any = PAUSE_IMAGE, nodepool: str | None = None) -> dict[str, Any]:
     """The placeholder apps/v1 Deployment: 0 replicas (KEDA sets them), pause pods (`pause_image`, default the
-    catalogue's) the worker's size with one GPU each, placed like the workers; with `pod.image` set, each first
-    pre-pulls the worker image (init container)."""
+    catalogue's) the worker's size with one GPU each, placed like the workers (on NodePool `nodepool` when given, the
+    workers' own, so the node it holds is one they can use); with `pod.image` set, each first pre-pulls the worker
+    image (init container)."""
     resources = placeholder_resources(pod)
     image = pod.image if pod is not None else ""
     pod_spec = {
@@ -118,7 +120,7 @@ def placeholder_deployment_manifest(namespace: str, *, name: str = PLACEHOLDER_N
         "enableServiceLinks": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": PLACEHOLDER_UID, "runAsGroup": PLACEHOLDER_UID,
                             "seccompProfile": {"type": "RuntimeDefault"}},
-        "nodeSelector": dict(GPU_NODE_SELECTOR),
+        "nodeSelector": worker_node_selector(nodepool),
         "tolerations": [dict(GPU_TOLERATION)],
         **({"initContainers": [prepull_init_container(image)]} if image else {}),
         "containers": [{
@@ -189,16 +191,23 @@ class WarmGpuFloorArgs:
     pause_image: pulumi.Input[str] = PAUSE_IMAGE
     """The placeholders' pause image. Default: the catalogue's PAUSE_IMAGE (registry.k8s.io, by digest); the stack's
     ECR mirror of it when GPU nodes have no route to the internet (network.WorkloadNetwork)."""
+    nodepool: str | None = None
+    """The NodePool the workers run on (`WorkerAccessArgs.nodepool`): the placeholders hold nodes of it. Default
+    None: any GPU NodePool."""
 
 
 @names_its_errors
 class WarmGpuFloor(pulumi.ComponentResource):
     """Both PriorityClasses, the placeholder Deployment and the cron ScaledObject that keeps it up on a schedule."""
 
+    deployment: k8s.apps.v1.Deployment
+    scaled_object: k8s.apiextensions.CustomResource
+
     def __init__(self, name: str, args: WarmGpuFloorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         scaled_object = warm_floor_scaled_object_manifest(args.namespace, count=args.count, start=args.start,
                                                           end=args.end, timezone=args.timezone)
-        deployment = placeholder_deployment_manifest(args.namespace, pod=args.pod, pause_image=args.pause_image)
+        deployment = placeholder_deployment_manifest(args.namespace, pod=args.pod, pause_image=args.pause_image,
+                                                     nodepool=args.nodepool)
         super().__init__("gpuburst:index:WarmGpuFloor", name, None, opts)
         self.priority_classes: dict[str, k8s.scheduling.v1.PriorityClass] = {}
         for m in priority_class_manifests():
@@ -206,7 +215,7 @@ class WarmGpuFloor(pulumi.ComponentResource):
                 f"{name}-{m['metadata']['name']}", metadata=m["metadata"], value=m["value"],
                 global_default=m["globalDefault"], preemption_policy=m["preemptionPolicy"],
                 description=m["description"], opts=pulumi.ResourceOptions(parent=self))
-        self.workload_priority_class = self.priority_classes[WORKLOAD_PRIORITY_CLASS]
+        self.workload_priority_class: k8s.scheduling.v1.PriorityClass = self.priority_classes[WORKLOAD_PRIORITY_CLASS]
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-placeholder", metadata=deployment["metadata"], spec=deployment["spec"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[

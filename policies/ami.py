@@ -1,4 +1,5 @@
-"""Rule `ec2nodeclass-al2023-ami`: every Karpenter EC2NodeClass boots Amazon Linux 2023 through one alias term.
+"""Rules `ec2nodeclass-al2023-ami`: every Karpenter EC2NodeClass boots Amazon Linux 2023 through one alias term, and
+`ec2nodeclass-selector-terms`: none of its selector terms is empty (Karpenter 1.14.4 ignores those; see below).
 
 Why: AL2 reached end of support and has no AMIs for current Kubernetes versions; Bottlerocket and Windows need a
 different bootstrap and GPU setup than the worker was built for; and a raw AMI id (or a name/tag/SSM selector)
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ._components import selector_terms
 from .declare import resource_policy
 from .resources import EC2NODECLASS, dig, enumerate_at, fmt
 from .unknowns import UNKNOWN, unknown_message
@@ -67,4 +69,35 @@ POLICY = resource_policy(
           "Bottlerocket, Windows, raw AMI ids or name/tag selectors).",
     (EC2NODECLASS,), lambda r: problems(r.props))
 
-POLICIES = [POLICY]
+SELECTOR_NAME = "ec2nodeclass-selector-terms"
+"""Rule: no EC2NodeClass selector term selects by an empty tags map, name or ssmParameter (Karpenter 1.14.4 ignores
+such a term: all terms of a list empty, the EC2NodeClass goes NotReady; some empty, its nodes drift)."""
+
+
+def selector_problems(props: Any) -> list[str]:
+    """One line per selector term of this EC2NodeClass (plain props) with an empty tags map, name or ssmParameter
+    (`components.spec.selector_terms`), and per such value unknown during a preview."""
+    spec = dig(props, "spec")
+    if spec.unknown:
+        return [unknown_message(spec.path, "whether a selector term is empty")]
+    out: list[str] = []
+    for field in selector_terms.SELECTOR_TERM_LISTS:
+        terms = dig(props, "spec", field)
+        if terms.unknown:
+            out.append(unknown_message(terms.path, "whether a selector term is empty"))
+            continue
+        if not isinstance(terms.value, list):
+            continue
+        for path, term in enumerate_at(terms):
+            found = [dig(term, k, base=path) for k in selector_terms.EMPTY_IGNORED_FIELDS] if term is not UNKNOWN \
+                else [dig(term, base=path)]
+            out += [unknown_message(f.path, "whether the selector term is empty") for f in found if f.unknown]
+    return out + selector_terms.empty_selector_terms(spec.value)
+
+
+SELECTOR_POLICY = resource_policy(
+    SELECTOR_NAME, "No EC2NodeClass selector term may select by an empty tags map, name or ssmParameter: Karpenter "
+                   "1.14.4 ignores such terms (all empty: the EC2NodeClass goes NotReady; some: its nodes drift).",
+    (EC2NODECLASS,), lambda r: selector_problems(r.props))
+
+POLICIES = [POLICY, SELECTOR_POLICY]

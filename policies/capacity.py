@@ -15,7 +15,7 @@ from .unknowns import UNKNOWN
 EVICTION_FRACTION = float(getattr(catalogue, "EVICTION_HARD_NODEFS_AVAILABLE", 0.10))
 """kubelet's `nodefs.available` hard eviction: the part of a larger root volume a pod cannot request."""
 
-RESOURCES = ("cpu", "memory", "ephemeral-storage", GPU_RESOURCE)
+RESOURCES: tuple[str, ...] = ("cpu", "memory", "ephemeral-storage", GPU_RESOURCE)
 """What a pod's requests are judged on."""
 
 

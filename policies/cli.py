@@ -1,8 +1,9 @@
 """`python -m policies check PLAN.json [--config CONFIG.json]`: run a plan through the pack offline, over gRPC.
 
-Prints one line per diagnostic, `LEVEL policy-name urn: message`, then a summary line. Exit status: 0 when no
-mandatory violation, 1 when there is at least one, 2 when the check could not run (unreadable or ill-shaped plan or
-config, or a pack that failed to start or answer), with a one-line message on stderr. Installed, the same checker
+Prints one line per diagnostic, `LEVEL policy-name resource-name: message [urn]` (the URN last), then a summary
+line. Exit status: 0 when no mandatory violation, 1 when there is at least one, 2 when the check could not run
+(unreadable or ill-shaped plan or config, or a pack that failed to start or answer), with a one-line message on
+stderr. Installed, the same checker
 is `gpuburst check` (components/__main__.py passes its own name) or `python -m gpuburst.policy check`.
 """
 from __future__ import annotations

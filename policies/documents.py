@@ -14,7 +14,7 @@ class Statements(NamedTuple):
     """The statements of a document: (path, statement) pairs; `unknown` the path of a part unknown during preview
     (None when all is known), `error` why it is not a policy document (None when it is)."""
 
-    items: list[tuple[str, dict]]
+    items: list[tuple[str, dict[str, Any]]]
     unknown: str | None = None
     error: str | None = None
 
@@ -53,12 +53,12 @@ def listed(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def effect(st: dict) -> Any:
+def effect(st: dict[str, Any]) -> Any:
     """The statement's Effect (`Allow` / `Deny`; IAM spells them with a capital)."""
     return st.get("Effect")
 
 
-def action_matches(st: dict, action: str) -> bool | None:
+def action_matches(st: dict[str, Any], action: str) -> bool | None:
     """Whether the statement's Action covers `action` (IAM wildcards, any case); None when unknown. A statement with
     NotAction is never taken to cover it (what it excludes is not read)."""
     if "NotAction" in st:
@@ -69,7 +69,7 @@ def action_matches(st: dict, action: str) -> bool | None:
     return any(isinstance(a, str) and fnmatch.fnmatchcase(action.lower(), a.lower()) for a in found)
 
 
-def principals(st: dict, kind: str) -> list[Any] | None:
+def principals(st: dict[str, Any], kind: str) -> list[Any] | None:
     """The statement's Principal entries of `kind` (`Service`, `AWS`), `["*"]` for `Principal: "*"`; None when
     unknown. A statement with NotPrincipal has none."""
     if "NotPrincipal" in st:
@@ -104,7 +104,7 @@ class Condition(NamedTuple):
     """The values (UNKNOWN items where unknown during preview)."""
 
 
-def conditions(st: dict) -> tuple[list[Condition], str | None]:
+def conditions(st: dict[str, Any]) -> tuple[list[Condition], str | None]:
     """(the statement's conditions, the path part that is unknown during preview or None)."""
     block = st.get("Condition")
     if block is UNKNOWN:
@@ -127,7 +127,7 @@ def conditions(st: dict) -> tuple[list[Condition], str | None]:
     return out, unknown
 
 
-def describe_statement(path: str, st: dict) -> str:
+def describe_statement(path: str, st: dict[str, Any]) -> str:
     """`Statement[0]` or `Statement[0] (Sid 'DenyOutsideVpce')`."""
     sid = st.get("Sid")
     return f"{path} (Sid {sid!r})" if isinstance(sid, str) and sid else path

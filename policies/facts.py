@@ -45,7 +45,7 @@ class FactKey:
     """The reference component type that carries it."""
     prop: str
     """That reference's property (for `nodeClasses`, the field of each entry is `entry`)."""
-    schema: dict | None
+    schema: dict[str, Any] | None
     """JSON schema of the policy config value; None when only the reference gives it."""
     entry: str | None = None
     """For a per-node-class fact: the field of each `nodeClasses` entry."""
@@ -62,6 +62,9 @@ FACTS: dict[str, FactKey] = {f.key: f for f in (
     FactKey("kedaOperatorRoleArn", EXISTING_KEDA, "operatorRoleArn",
             {**_STRING, "description": "ARN of the KEDA operator's IAM role (scaler roles must trust it)"}),
     FactKey("kedaScalerRolePath", EXISTING_KEDA, "scalerRolePath", None),
+    FactKey("kedaWatchNamespaces", EXISTING_KEDA, "watchNamespaces",
+            {"type": "array", "items": {"type": "string"},
+             "description": "The namespaces KEDA watches (its chart's watchNamespace; [\"*\"]: every namespace)"}),
     FactKey("karpenterVersion", EXISTING_KARPENTER, "version",
             {**_STRING, "description": "The Karpenter version running on the cluster (e.g. 1.14.1)"}),
     FactKey("clusterName", EXISTING_CLUSTER, "clusterName", None),
@@ -151,13 +154,16 @@ def _config_value(spec: FactKey, raw: Any) -> Any:
     kind = spec.schema["type"] if spec.schema else None
     ok = {"string": isinstance(raw, str) and bool(raw.strip()),
           "boolean": isinstance(raw, bool),
-          "object": isinstance(raw, dict)}.get(kind, False)
+          "object": isinstance(raw, dict),
+          "array": isinstance(raw, list) and bool(raw) and all(isinstance(v, str) and v.strip() for v in raw),
+          }.get(kind, False)
     if ok and spec.key == "systemNodeLabels":
         ok = all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items())
     if ok and spec.entry == "rootVolumeGiB":
         ok = all((as_number(v) or 0) > 0 for v in raw.values())
     if not ok:
-        want = {"string": "a non-empty string", "boolean": "true or false"}.get(
+        want = {"string": "a non-empty string", "boolean": "true or false",
+                "array": "a non-empty list of non-empty strings"}.get(
             kind, "an object of label to string" if spec.key == "systemNodeLabels"
             else "an object of EC2NodeClass name to a positive number of GiB")
         raise ValueError(f"policy config {spec.key}: {fmt(raw)} is not valid: {want}")

@@ -10,7 +10,7 @@ from .shapes import TYPE_KEYS, Shape, req_items, satisfiable
 from .unknowns import UNKNOWN
 
 
-def tolerates(tolerations: list, taint: dict) -> bool:
+def tolerates(tolerations: list[Any], taint: dict[str, Any]) -> bool:
     """Whether one of the tolerations tolerates the taint (Kubernetes' matching rules)."""
     for tol in tolerations:
         if not isinstance(tol, dict):

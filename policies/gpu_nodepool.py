@@ -47,9 +47,12 @@ from .unknowns import UNKNOWN, unknown_message
 NAME = "gpu-nodepool-isolation"
 MAX_REPLICAS_NAME = "scaledjob-max-replicas"
 
+GPU_PRESENT_LABEL: str
+GPU_PRESENT_VALUE: str
 GPU_PRESENT_LABEL, GPU_PRESENT_VALUE = names.GPU_PRESENT_LABEL
 """Node label a GPU pool must set, and its value (the string "true"; what GPU pods select on)."""
-GPU_TAINT_KEY, GPU_TAINT_EFFECT = GPU_TAINT["key"], GPU_TAINT["effect"]
+GPU_TAINT_KEY: str = GPU_TAINT["key"]
+GPU_TAINT_EFFECT: str = GPU_TAINT["effect"]
 """The taint every GPU node carries (its key is GPU_RESOURCE)."""
 GPU_FAMILY_INITIALS = ("g", "p")
 """First letter of every EC2 NVIDIA GPU family (and the GPU instance categories)."""

@@ -28,6 +28,7 @@ from pulumi_policy import EnforcementLevel
 from ._components import catalogue, names
 from .declare import plan_policy, scoped_policy
 from .facts import WHOLE, Scope, config_schema, scope_of
+from .fixes import fix_for
 from .gpu_nodepool import gpu_evidence
 from .outside import Finding, Outside
 from .plan import Res, describe_res
@@ -40,8 +41,8 @@ NAME = "worker-image-gpu-support"
 UNCHECKED_NAME = "worker-image-unchecked"
 DRIVER_UNCHECKED_NAME = "worker-image-driver-unchecked"
 IMAGE = "docker-build:index:Image"
-CUDA_ANNOTATION = names.WORKER_IMAGE_CUDA_ANNOTATION
-WORKER_DIR = posixpath.dirname(catalogue.WORKER_PYTHON_REQUIREMENTS)
+CUDA_ANNOTATION: str = names.WORKER_IMAGE_CUDA_ANNOTATION
+WORKER_DIR: str = posixpath.dirname(catalogue.WORKER_PYTHON_REQUIREMENTS)
 """The worker's directory (`worker`): an image whose Dockerfile lives there is the worker image."""
 LATEST_ALIAS = "al2023@latest"
 """The alias whose NVIDIA driver is `AL2023_NVIDIA_DRIVER`; a pinned one's is in `AL2023_NVIDIA_DRIVERS_BY_RELEASE`."""
@@ -80,7 +81,7 @@ class Subject(NamedTuple):
     """How messages name it (`worker image <name>`)."""
     build: str
     """Its build as messages say it (`torch 2.13.0, CUDA 13.0`)."""
-    facts: dict
+    facts: dict[str, Any]
     """`min_compute_capability`, `min_driver`, `sources` (the shape of catalogue.TORCH_CUDA)."""
 
 
@@ -119,8 +120,8 @@ def declared_subjects(resources: list[Res]) -> tuple[list[Subject], list[Finding
         if m is None or m.group(1) not in floors:
             known = ", ".join(sorted(floors))
             bad.append((r.urn, f"{describe_res(r)} {meta_path}.annotations[{CUDA_ANNOTATION!r}] = {fmt(cuda)}: not a "
-                               f"CUDA version MAJOR.MINOR of a major the catalogue knows ({known}); set "
-                               "gpuburst:workerImageCuda"))
+                               f"CUDA version MAJOR.MINOR of a major the catalogue knows ({known}); "
+                               f"{declare_cuda(r.urn, 'set')}"))
             continue
         floor = floors[m.group(1)]
         for image in _images(pod) or ["<unknown image>"]:
@@ -142,7 +143,8 @@ def _cc(cc: tuple[int, int]) -> str:
     return f"sm_{cc[0]}{cc[1]}"
 
 
-def hardware_findings(resources: list[Res], facts: dict | None = None, torch_cuda: dict | None = None,
+def hardware_findings(resources: list[Res], facts: dict[str, Any] | None = None,
+                      torch_cuda: dict[str, Any] | None = None,
                       driver: str | None = None, scope: Scope = WHOLE,
                       drivers: dict[str, str] | None = None) -> list[Finding | Outside | Unchecked]:
     """(urn, message) for every GPU a judged worker image (the built-in build, by `torch_cuda`; a lab image with a
@@ -257,12 +259,24 @@ def unchecked_findings(resources: list[Res]) -> list[tuple[str | None, str]]:
                 seen.setdefault(image, []).append(r)
     return [(users[0].urn, f"worker image {image!r} ({', '.join(describe_res(u) for u in users)}) is not built in this "
                            f"plan and declares no CUDA ({CUDA_ANNOTATION}): whether its torch/CUDA build runs on the "
-                           "GPUs the NodePools admit and on the AMI's NVIDIA driver was not checked; set "
-                           "gpuburst:workerImageCuda (e.g. \"12.8\") for worker-image-gpu-support to check it")
+                           "GPUs the NodePools admit and on the AMI's NVIDIA driver was not checked; "
+                           f"{declare_cuda(users[0].urn, 'declare it')} for worker-image-gpu-support to check it")
             for image, users in seen.items()]
 
 
-def driver_unchecked_findings(resources: list[Res], config: dict | None = None) -> list[tuple[str | None, str]]:
+def declare_cuda(urn: str | None, verb: str) -> str:
+    """How the stack that declared `urn` states its worker image's CUDA: the platform's config key, a component's pod
+    annotation (`WorkerPodSettings.annotations`: a component stack reads no gpuburst: config), or the pod template's
+    annotation in a hand-written manifest."""
+    return fix_for(urn, platform=f"{verb}: gpuburst:workerImageCuda (e.g. \"12.8\")",
+                   component=f"{verb}: WorkerPodSettings(annotations={{\"{CUDA_ANNOTATION}\": \"12.8\"}}) (the CUDA "
+                             "MAJOR.MINOR the image's torch was built for)",
+                   manifest=f"{verb}: the pod template annotation {CUDA_ANNOTATION}: \"12.8\" (the CUDA MAJOR.MINOR "
+                            "the image's torch was built for)")
+
+
+def driver_unchecked_findings(resources: list[Res],
+                              config: dict[str, Any] | None = None) -> list[tuple[str | None, str]]:
     """(urn, message) for every GPU NodePool whose pinned AMI release's driver the catalogue does not record."""
     return [(f.urn, f.message) for f in hardware_findings(resources, scope=scope_of(resources, config))
             if isinstance(f, Unchecked)]

@@ -85,7 +85,7 @@ def _read_json(path: Path, what: str) -> Any:
             from None
 
 
-def normalise_plan(doc: Any, where: str = "plan") -> dict:
+def normalise_plan(doc: Any, where: str = "plan") -> dict[str, Any]:
     """A plan `{"stack", "resources": [{"type", "properties", ...}]}` with urn, name, parent and dependencies filled
     in (made up when missing). Raise InputError naming the first thing of the wrong shape."""
     if not isinstance(doc, dict) or not isinstance(doc.get("resources"), list):
@@ -121,12 +121,12 @@ def normalise_plan(doc: Any, where: str = "plan") -> dict:
     return {"stack": stack, "project": project, "resources": resources}
 
 
-def load_plan(path: Path) -> dict:
+def load_plan(path: Path) -> dict[str, Any]:
     """Read and normalise a plan file (see `normalise_plan`)."""
     return normalise_plan(_read_json(path, "plan"), f"plan {str(path)!r}")
 
 
-def parse_config(doc: Any, where: str = "config") -> dict[str, tuple[str | None, dict]]:
+def parse_config(doc: Any, where: str = "config") -> dict[str, tuple[str | None, dict[str, Any]]]:
     """A `--policy-pack-config` document -> {policy or "all": (level or None, properties)}.
 
     Values are a level string (`"advisory"`) or an object with an optional `enforcementLevel` and properties.
@@ -153,7 +153,7 @@ def parse_config(doc: Any, where: str = "config") -> dict[str, tuple[str | None,
     return out
 
 
-def load_config(path: Path) -> dict[str, tuple[str | None, dict]]:
+def load_config(path: Path) -> dict[str, tuple[str | None, dict[str, Any]]]:
     """Read a `--policy-pack-config`-shaped JSON file (an empty file means no config, as for the CLI)."""
     try:
         if Path(path).is_file() and not Path(path).read_text(encoding="utf-8").strip():
@@ -178,7 +178,7 @@ def _to_wire(value: Any) -> Any:
     return value
 
 
-def to_struct(props: dict) -> struct_pb2.Struct:
+def to_struct(props: dict[str, Any]) -> struct_pb2.Struct:
     """Properties as the Struct the engine sends."""
     s = struct_pb2.Struct()
     s.update(_to_wire(props))
@@ -186,7 +186,7 @@ def to_struct(props: dict) -> struct_pb2.Struct:
 
 
 def reconcile_config(info: analyzer_pb2.AnalyzerInfo,
-                     given: dict[str, tuple[str | None, dict]]) -> dict[str, analyzer_pb2.PolicyConfig]:
+                     given: dict[str, tuple[str | None, dict[str, Any]]]) -> dict[str, analyzer_pb2.PolicyConfig]:
     """The engine's ReconcilePolicyPackConfig: policy defaults, then the pack's initialConfig, then `given`."""
     known = {p.name for p in info.policies}
     unknown = sorted(set(given) - known - {"all"})
@@ -240,9 +240,18 @@ class Diagnostic:
     description: str
 
     def line(self) -> str:
-        """`LEVEL policy-name urn: message`, one line."""
+        """`LEVEL policy-name resource-name: message [urn]`, one line: the rule, the resource's name and what is
+        wrong come first and the long URN last, so a line cut short (a terminal, a hook's `cut -c1-240`) still says
+        it; a stack-wide violation reads `LEVEL policy-name (stack): message`."""
         text = " ".join(self.message.split("\n")).strip()
-        return f"{self.level} {self.policy} {self.urn or '(stack)'}: {text}"
+        if not self.urn:
+            return f"{self.level} {self.policy} (stack): {text}"
+        return f"{self.level} {self.policy} {resource_name(self.urn)}: {text} [{self.urn}]"
+
+
+def resource_name(urn: str) -> str:
+    """The resource's name, the URN's last `::` part (`urn:pulumi:dev::gpuburst::aws:sqs/queue:Queue::q` -> `q`)."""
+    return urn.rsplit("::", 1)[-1] or urn
 
 
 @dataclass
@@ -296,6 +305,9 @@ def pack_command() -> list[str]:
 
 class Pack:
     """A running policy pack subprocess and a gRPC stub to it; use as a context manager (always stopped)."""
+
+    command: list[str]
+    cwd: Path
 
     def __init__(self, command: list[str] | None = None, cwd: Path = REPO_ROOT,
                  start_timeout_s: float = START_TIMEOUT_S, rpc_timeout_s: float = RPC_TIMEOUT_S,
@@ -441,7 +453,8 @@ class Pack:
         """GetAnalyzerInfo."""
         return self._call("GetAnalyzerInfo", empty_pb2.Empty())
 
-    def analyze(self, plan: dict, config: dict[str, tuple[str | None, dict]] | None = None) -> Report:
+    def analyze(self, plan: dict[str, Any],
+                config: dict[str, tuple[str | None, dict[str, Any]]] | None = None) -> Report:
         """Run a normalised plan through the pack as the engine would (see the module docstring)."""
         try:
             self._call("Handshake", analyzer_pb2.AnalyzerHandshakeRequest(
@@ -471,7 +484,8 @@ class Pack:
         return report
 
 
-def check(plan: dict, config: dict[str, tuple[str | None, dict]] | None = None, **pack_args: Any) -> Report:
+def check(plan: dict[str, Any], config: dict[str, tuple[str | None, dict[str, Any]]] | None = None,
+          **pack_args: Any) -> Report:
     """Start the pack, run one normalised plan through it, stop the pack (on every path)."""
     with Pack(**pack_args) as pack:
         return pack.analyze(plan, config)

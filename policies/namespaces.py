@@ -116,7 +116,7 @@ def _ctx(obj: Any) -> dict:
     return ctx if isinstance(ctx, dict) else {}
 
 
-def baseline_problems(pod: dict, base: str = "") -> list[str]:
+def baseline_problems(pod: dict[str, Any], base: str = "") -> list[str]:
     """`<field> = <value>: <why>` for every Baseline control the pod spec breaks."""
     at = lambda *keys: join_path(base, ".".join(str(k) for k in keys))  # noqa: E731
     out = []
@@ -157,7 +157,7 @@ def baseline_problems(pod: dict, base: str = "") -> list[str]:
     return out
 
 
-def restricted_problems(pod: dict, base: str = "") -> list[str]:
+def restricted_problems(pod: dict[str, Any], base: str = "") -> list[str]:
     """`<field> = <value>: <why>` for every Restricted control (beyond Baseline's) the pod spec breaks."""
     at = lambda *keys: join_path(base, ".".join(str(k) for k in keys))  # noqa: E731
     out = []
@@ -197,7 +197,7 @@ def restricted_problems(pod: dict, base: str = "") -> list[str]:
     return out
 
 
-def pod_security_problems(pod: dict, level: str, base: str = "") -> list[str]:
+def pod_security_problems(pod: dict[str, Any], level: str, base: str = "") -> list[str]:
     """What keeps the pod spec `pod` (at `base`) from passing Pod Security `level`."""
     if level == "privileged":
         return []

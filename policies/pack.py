@@ -15,13 +15,18 @@ from . import (
     namespaces,
     network,
     nodepool_diversity,
+    patterns,
     plan_complete,
+    pod_identity,
     queues,
     rehearsal,
     schedulability,
+    teams,
     trust,
+    verify_admission,
     versions,
     wiring,
+    worker_contract,
     workloads,
 )
 
@@ -29,8 +34,8 @@ PACK_NAME = "gpuburst-guardrails"
 """The pack's name as the engine reports it (letters, digits, `-`, `_`, `.`)."""
 
 RULE_MODULES = (nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues, workloads, wiring,
-                schedulability, hardware, network, namespaces, images, trust, buckets, keys, plan_complete, rehearsal,
-                boundary)
+                schedulability, hardware, network, namespaces, images, trust, buckets, keys, verify_admission,
+                worker_contract, pod_identity, patterns, teams, plan_complete, rehearsal, boundary)
 """One module per rule area; each exports `POLICIES`."""
 
 

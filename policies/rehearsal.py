@@ -18,6 +18,7 @@ from pulumi_policy import EnforcementLevel
 
 from ._components import read_facts, rehearse
 from .declare import plan_policy
+from .fixes import fix_for
 from .plan import Res
 from .unknowns import UNKNOWN
 
@@ -79,8 +80,9 @@ def unjudged_findings(resources: list[Res]) -> list[tuple[str | None, str]]:
         return [(denying[0].urn, f"{len(denying)} resource polic(ies) with a Deny in this plan ("
                                  f"{', '.join(r.name for r in denying[:3])}{', ...' if len(denying) > 3 else ''}), "
                                  "and no deploy model: could not check that the deployers can still manage them from "
-                                 "where they deploy, nor who else reaches them (declare gpuburst DeployAccess, or set "
-                                 "gpuburst:deploy)")]
+                                 "where they deploy, nor who else reaches them (" + fix_for(
+                                     denying[0].urn, platform="set gpuburst:deploy",
+                                     component="declare a gpuburst DeployAccess with the deploy model") + ")")]
     unknown = _unknown_policies(resources)
     if unknown:
         return [(unknown[0].urn, f"{len(unknown)} resource polic(ies) unknown during preview ("

@@ -107,7 +107,7 @@ def dig(obj: Any, *keys: Any, base: str = "") -> Found:
     return Found(cur, path)
 
 
-def as_list(found: Found) -> list:
+def as_list(found: Found) -> list[Any]:
     """The value as a list of items, [] when absent; raise TypeError (caught by the guard) when ill-typed."""
     if found.value is None:
         return []
@@ -116,7 +116,7 @@ def as_list(found: Found) -> list:
     return found.value
 
 
-def as_dict(found: Found) -> dict:
+def as_dict(found: Found) -> dict[str, Any]:
     """The value as a dict, {} when absent; raise TypeError when ill-typed."""
     if found.value is None:
         return {}

@@ -61,7 +61,7 @@ class PodVerdict:
     too_small: list[tuple[Shape, Any, dict[str, float], list[str]]] = field(default_factory=list)
     """(shape, type, what is free there, DaemonSets counted) for each type the pod does not fit."""
     unknown: list[str] = field(default_factory=list)
-    daemonsets: list = field(default_factory=list)
+    daemonsets: list[Any] = field(default_factory=list)
 
 
 def gpu_pods(resources: list[Res]) -> list[tuple[Res, Any, str]]:
@@ -193,14 +193,14 @@ def _judged_gpu_pods(resources: list[Res], facts: dict | None, question: str, sc
     return out + _outside_nodeclasses(judged), judged
 
 
-def schedulable_findings(resources: list[Res], facts: dict | None = None,
+def schedulable_findings(resources: list[Res], facts: dict[str, Any] | None = None,
                          scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every GPU pod that matches no NodePool or fits none of its instance types."""
     out, judged = _judged_gpu_pods(resources, facts, "whether pod {pod} fits a NodePool", scope)
     return out + [(res.urn, _pending_message(v)) for res, v in judged if not v.fitting]
 
 
-def diversity_findings(resources: list[Res], facts: dict | None = None,
+def diversity_findings(resources: list[Res], facts: dict[str, Any] | None = None,
                        scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every GPU pod that exactly one admitted instance type can host."""
     out, judged = _judged_gpu_pods(resources, facts, "how many instance types can host pod {pod}", scope)
@@ -283,7 +283,7 @@ def _no_plugin(gpu_pools: list[Shape], pod: Res, scope: Scope) -> list[Finding |
                         "Pending; install the nvidia-device-plugin chart") for s in gpu_pools]
 
 
-def device_plugin_findings(resources: list[Res], facts: dict | None = None,
+def device_plugin_findings(resources: list[Res], facts: dict[str, Any] | None = None,
                            scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) for every GPU NodePool the device plugin DaemonSet does not reach."""
     gpu_pools = [s for s in nodepool_shapes(resources, facts, scope) if gpu_evidence(s.res.props)[0]]
@@ -333,14 +333,14 @@ def controller_pods(resources: list[Res], chart_name: str) -> list[tuple[Res, An
     return out
 
 
-def system_nodes(labels: dict, source: str) -> Shape:
+def system_nodes(labels: dict[str, Any], source: str) -> Shape:
     """The system node group another stack runs, as far as the facts describe it: its labels (no taints known)."""
     res = Res(EXISTING_CLUSTER, "", "system-nodes", None, {"labels": labels})
     return Shape(res, f"the system nodes ({source} {fmt(labels)})", {k: Space({str(v)}) for k, v in labels.items()},
                  [], [], karpenter=False)
 
 
-def controller_findings(resources: list[Res], facts: dict | None = None,
+def controller_findings(resources: list[Res], facts: dict[str, Any] | None = None,
                         scope: Scope = WHOLE) -> list[Finding | Outside]:
     """(urn, message) when the Karpenter controller can land on a Karpenter node, or a Karpenter/KEDA pod cannot
     land on the system node group (in a partial plan: the system nodes the facts describe)."""

@@ -21,7 +21,7 @@ from ._components import INSTANCE_TYPE_LABEL
 from .resources import fmt, join_path
 from .unknowns import UNKNOWN
 
-INSTANCE_TYPE_KEYS = (INSTANCE_TYPE_LABEL, "beta.kubernetes.io/instance-type")
+INSTANCE_TYPE_KEYS: tuple[str, ...] = (INSTANCE_TYPE_LABEL, "beta.kubernetes.io/instance-type")
 """Well-known labels holding the instance type (the beta one is deprecated but still set on nodes)."""
 FAMILY_KEY = "karpenter.k8s.aws/instance-family"
 SIZE_KEY = "karpenter.k8s.aws/instance-size"

@@ -45,9 +45,10 @@ DEFAULT_ROOT_VOLUME_GIB = float(getattr(catalogue, "DEFAULT_ROOT_VOLUME_GIB", 20
 """Root volume of an AL2023 node when the EC2NodeClass sets no blockDeviceMappings (Karpenter's default); the
 facts' `allocatable_ephemeral_gib` is for this size."""
 
-TYPE_KEYS = set(DIMENSIONS) | {GPU_COUNT_KEY, GPU_NAME_KEY, GPU_MANUFACTURER_KEY, GPU_MEMORY_KEY, CPU_KEY, MEMORY_KEY}
+TYPE_KEYS: set[str] = set(DIMENSIONS) | {GPU_COUNT_KEY, GPU_NAME_KEY, GPU_MANUFACTURER_KEY, GPU_MEMORY_KEY, CPU_KEY,
+                                         MEMORY_KEY}
 """Labels whose value follows from the instance type (judged per type against the facts)."""
-WELL_KNOWN_KEYS = {"kubernetes.io/arch", "kubernetes.io/os", "topology.kubernetes.io/zone",
+WELL_KNOWN_KEYS: set[str] = {"kubernetes.io/arch", "kubernetes.io/os", "topology.kubernetes.io/zone",
                    "topology.kubernetes.io/region", CAPACITY_TYPE_LABEL, "kubernetes.io/hostname",
                    "topology.k8s.aws/zone-id", "karpenter.k8s.aws/instance-hypervisor",
                    "karpenter.k8s.aws/instance-network-bandwidth",
@@ -116,7 +117,7 @@ class Shape:
     """How messages name it: `NodePool 'gpu'`, `NodeGroup gpuburst-cluster-system`."""
     spaces: dict[str, Space]
     """Label spaces for labels that do not follow from the instance type."""
-    taints: list[dict]
+    taints: list[dict[str, Any]]
     types: list[Any]
     """Instance types (catalogue facts) its nodes may have; empty for a node group without facts."""
     type_reqs: list[tuple[str, str, list[str]]] = field(default_factory=list)
@@ -182,7 +183,8 @@ def _facts(facts: dict | None) -> dict:
     return getattr(catalogue, "INSTANCE_TYPES", {}) or {}
 
 
-def nodepool_shape(res: Res, nodeclasses: dict[str, Res], facts: dict | None = None, scope: Scope = WHOLE) -> Shape:
+def nodepool_shape(res: Res, nodeclasses: dict[str, Res], facts: dict[str, Any] | None = None,
+                   scope: Scope = WHOLE) -> Shape:
     """The node shape of a NodePool: template labels, requirements, taints, the facts of the types it admits, and
     the root volume of its EC2NodeClass (in a partial plan, of the node class another stack declares: from the
     facts, or unbounded and named in `outside_nodeclass`)."""
@@ -284,7 +286,7 @@ def nodeclass_index(resources: list[Res]) -> dict[str, Res]:
             if is_kind(r.type, EC2NODECLASS) and isinstance(meta_name(r.props), str)}
 
 
-def nodepool_shapes(resources: list[Res], facts: dict | None = None, scope: Scope = WHOLE) -> list[Shape]:
+def nodepool_shapes(resources: list[Res], facts: dict[str, Any] | None = None, scope: Scope = WHOLE) -> list[Shape]:
     nodeclasses = nodeclass_index(resources)
     return [nodepool_shape(r, nodeclasses, facts, scope) for r in resources if is_kind(r.type, NODEPOOL)]
 

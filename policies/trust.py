@@ -39,8 +39,9 @@ SOURCE_ACCOUNT = "aws:SourceAccount"
 SOURCE_ARN = "aws:SourceArn"
 NAMESPACE_TAG = "aws:RequestTag/kubernetes-namespace"
 SERVICE_ACCOUNT_TAG = "aws:RequestTag/kubernetes-service-account"
-OPERATORS = {SOURCE_ACCOUNT: ("stringequals",), SOURCE_ARN: ("arnequals", "arnlike", "stringequals", "stringlike"),
-             NAMESPACE_TAG: ("stringequals", "stringlike"), SERVICE_ACCOUNT_TAG: ("stringequals", "stringlike")}
+OPERATORS: dict[str, tuple[str, ...]] = {
+    SOURCE_ACCOUNT: ("stringequals",), SOURCE_ARN: ("arnequals", "arnlike", "stringequals", "stringlike"),
+    NAMESPACE_TAG: ("stringequals", "stringlike"), SERVICE_ACCOUNT_TAG: ("stringequals", "stringlike")}
 """The condition operators (lower case, no qualifier) that bind each key to the values given."""
 FIX = {SOURCE_ACCOUNT: 'add "StringEquals": {"aws:SourceAccount": "<the cluster\'s account>"}',
        SOURCE_ARN: 'add "ArnEquals": {"aws:SourceArn": "arn:aws:eks:<region>:<account>:cluster/<name>"}'}
@@ -70,7 +71,7 @@ def _only_wildcard(key: str, value: str) -> bool:
     return "*" in value or "?" in value or not value.strip()
 
 
-def pod_identity_statements(role: Res) -> tuple[list[tuple[str, dict]], str | None, str | None]:
+def pod_identity_statements(role: Res) -> tuple[list[tuple[str, dict[str, Any]]], str | None, str | None]:
     """(statements that let pods.eks.amazonaws.com sts:AssumeRole, the path of an unknown that may hide one, a
     parse error) of a role's trust policy."""
     found = statements(role.props.get("assumeRolePolicy"), "assumeRolePolicy")

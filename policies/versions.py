@@ -12,6 +12,9 @@ the versions in the plan and asks the catalogue. Why each rule exists:
 - `keda-scaling-strategy` (stack): KEDA 2.20.0-2.20.1 reject `scalingStrategy.strategy: default` on a ScaledJob;
   judged against the KEDA chart in the same stack (the pin when the stack installs none).
 - `kubernetes-version-range` (stack): a control plane outside the range the stack's Karpenter or KEDA supports.
+- `chart-newer-patch` (advisory): a Karpenter or KEDA chart at a release its line has newer patches of (or whose
+  line is superseded or out of support) is told the newest patch and what each newer one fixes or requires
+  (`catalogue.upgrade_note`: Karpenter 1.14.4's Action Required on empty selector terms, for one).
 - `kubernetes-support-window` (advisory) and `kubernetes-support-ended` (mandatory): the EKS support calendar
   (`catalogue.kubernetes_support_finding`): within 90 days of the end of standard support, or past it on extended
   support, the stack is told the date and what extended support costs; past it with `upgradePolicy.supportType`
@@ -32,7 +35,7 @@ from datetime import date
 from itertools import product
 from typing import Any
 
-from pulumi_policy import EnforcementLevel, PolicyConfigSchema
+from pulumi_policy import EnforcementLevel, Policy, PolicyConfigSchema
 
 from ._components import catalogue
 from .declare import plan_policy, resource_policy, scoped_policy
@@ -46,16 +49,17 @@ CHART_NAME = "chart-versions"
 PAIR_NAME = "karpenter-chart-pair"
 STRATEGY_NAME = "keda-scaling-strategy"
 KUBERNETES_NAME = "kubernetes-version-range"
+NEWER_PATCH_NAME = "chart-newer-patch"
 SUPPORT_WINDOW_NAME = "kubernetes-support-window"
 SUPPORT_ENDED_NAME = "kubernetes-support-ended"
 EKS_DEFAULT_SUPPORT_TYPE = "EXTENDED"
 """What EKS applies when a cluster sets no upgradePolicy.supportType."""
 
-KARPENTER = catalogue.CHARTS["karpenter"].chart
+KARPENTER: str = catalogue.CHARTS["karpenter"].chart
 """The controller chart."""
-KARPENTER_CRD = next(n for n in catalogue.KARPENTER_CHARTS if n != KARPENTER)
+KARPENTER_CRD: str = next(n for n in catalogue.KARPENTER_CHARTS if n != KARPENTER)
 """The CRD chart: the other chart of `catalogue.KARPENTER_CHARTS`, which must be at the controller's version."""
-KEDA = catalogue.CHARTS["keda"].chart
+KEDA: str = catalogue.CHARTS["keda"].chart
 RUNNING: dict[str, tuple[str, str]] = {KARPENTER: ("Karpenter", "karpenterVersion"), KEDA: ("KEDA", "kedaVersion")}
 """Chart -> (what runs it, the fact giving its version when another stack installs it)."""
 
@@ -79,6 +83,21 @@ def chart_problems(props: Any) -> list[str]:
         return []
     return [f"{ref.version.path} of chart {ref.name!r} = {fmt(ref.version.value)}: {problem}; use {pin!r} (the "
             "catalogue's pin)"]
+
+
+def newer_patch_notes(props: Any, on: date | None = None) -> list[str]:
+    """What the catalogue's release lines say of this chart's release (Karpenter and KEDA only): the newest patch of
+    its line and what the newer ones fix or require, the line's support, the newer lines. Advisory: the charts of
+    those patches cannot be pulled offline, so moving the pin is docs/upgrading.md's procedure, not this preview's."""
+    ref = chart_ref(props)
+    if ref.name not in (KARPENTER, KEDA) or ref.version.unknown or not isinstance(ref.version.value, str):
+        return []
+    try:
+        catalogue.parse_version(ref.version.value)
+    except ValueError:
+        return []  # chart-versions reports it
+    note = catalogue.upgrade_note(ref.name, ref.version.value, on)
+    return [f"{ref.version.path} of chart {ref.name!r}: {note} (docs/upgrading.md moves the pin)"] if note else []
 
 
 def stack_charts(resources: list[Res]) -> dict[str, list[tuple[str, Found]]]:
@@ -282,6 +301,11 @@ CHART_POLICY = resource_policy(
                 "Karpenter 1.0.0-1.0.2 or 1.8.4, no KEDA below the minimum).",
     HELM_CHART_TYPES, lambda r: chart_problems(r.props))
 
+NEWER_PATCH_POLICY = resource_policy(
+    NEWER_PATCH_NAME, "Tells a stack whose Karpenter or KEDA chart is behind the newest patch of its release line (or "
+                      "on a superseded or unsupported line) what the newer patches fix or require.",
+    HELM_CHART_TYPES, lambda r: newer_patch_notes(r.props), level=EnforcementLevel.ADVISORY)
+
 PAIR_POLICY = scoped_policy(
     PAIR_NAME, "The karpenter-crd chart must be at the same version as the karpenter chart (in a partial plan: as the "
                "Karpenter that runs, which must be one the catalogue accepts).", pair_findings, ("karpenterVersion",))
@@ -305,4 +329,5 @@ SUPPORT_ENDED_POLICY = plan_policy(
                         "refused.",
     _support(catalogue.MANDATORY), config_schema=_TODAY_SCHEMA)
 
-POLICIES = [CHART_POLICY, PAIR_POLICY, STRATEGY_POLICY, KUBERNETES_POLICY, SUPPORT_WINDOW_POLICY, SUPPORT_ENDED_POLICY]
+POLICIES: list[Policy] = [CHART_POLICY, NEWER_PATCH_POLICY, PAIR_POLICY, STRATEGY_POLICY, KUBERNETES_POLICY,
+                          SUPPORT_WINDOW_POLICY, SUPPORT_ENDED_POLICY]

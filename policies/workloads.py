@@ -28,6 +28,7 @@ from typing import Any
 
 from ._components import GPU_PRESENT_LABEL, GPU_RESOURCE, GPU_TAINT, GPU_TOLERATION, WORKER_LABEL, catalogue, names
 from .declare import resource_policy
+from .fixes import fix_for
 from .plan import Res
 from .resources import (
     POD_TEMPLATE_PATHS,
@@ -165,8 +166,9 @@ def max_messages(pod: Any, path: str) -> tuple[list[tuple[str, Any]], list[str]]
     return found, unknown
 
 
-def batch_problems(props: Any) -> list[str]:
-    """Why this ScaledJob (plain props) starts Jobs for a number of messages other than its worker takes."""
+def batch_problems(props: Any, urn: str | None = None) -> list[str]:
+    """Why this ScaledJob (plain props; `urn` says which stack declared it, for the fix) starts Jobs for a number of
+    messages other than its worker takes."""
     pod = dig(props, *POD_TEMPLATE_PATHS[SCALED_JOB])
     if pod.missing:
         return []
@@ -192,7 +194,11 @@ def batch_problems(props: Any) -> list[str]:
                 out.append(f"{length.path} {said} but {fpath} ({MAX_MESSAGES_FLAG}) = {fmt(value)}: KEDA starts one "
                            f"Job per queueLength messages and each Job takes {MAX_MESSAGES_FLAG}, so a mismatch leaves "
                            "messages waiting for later polls or starts Jobs that find the queue empty; set both to "
-                           "the same number (gpuburst:workloads.<name>.messagesPerJob)")
+                           "the same number " + fix_for(
+                               urn, platform="(gpuburst:workloads.<name>.messagesPerJob)",
+                               component="(ScaledJobSettings queue_length and max_messages_per_job, or "
+                                         "settings_for_batch(N, ...))",
+                               manifest=f"(the trigger's queueLength and the worker's {MAX_MESSAGES_FLAG})"))
     return out
 
 
@@ -355,7 +361,7 @@ STATELESS_POLICY = resource_policy(
     lambda r: stateless_problems(r.props))
 BATCH_POLICY = resource_policy(
     BATCH_NAME, f"A ScaledJob's aws-sqs-queue queueLength must equal its worker's {MAX_MESSAGES_FLAG}.",
-    (SCALED_JOB,), lambda r: batch_problems(r.props))
+    (SCALED_JOB,), lambda r: batch_problems(r.props, r.urn))
 HOST_PATH_POLICY = resource_policy(
     HOST_PATH_NAME, "A worker pod must not declare a hostPath volume; the only hostPath PersistentVolume is the model "
                     "cache's one folder, bound to its claim.", (*POD_TEMPLATE_PATHS, PERSISTENT_VOLUME),

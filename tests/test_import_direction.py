@@ -25,18 +25,13 @@ def modules() -> dict[str, Path]:
             if "__pycache__" not in p.parts}
 
 
-def _type_checking_only(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The project modules `name` imports (function-level imports included; `if TYPE_CHECKING:` blocks left out)."""
+    """The project modules `name` imports, wherever the import stands: at the top, inside a function (a lazy import
+    is still a dependency) or under `if TYPE_CHECKING:` (a type-only import is one for every type checker)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if _type_checking_only(node):
-            return
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -96,12 +91,6 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def without_package_inits(g: dict[str, set[str]]) -> dict[str, set[str]]:
-    """A package's __init__ that re-exports its own modules is not a circle with them: drop the edges from a package
-    to the modules inside it."""
-    return {v: {w for w in ws if not w.startswith(v + ".")} for v, ws in g.items()}
-
-
 def test_the_graph_sees_the_rooms():
     g = graph()
     assert {"components.catalogue.support", "components.planning.stack", "policies.capacity"} <= set(g)
@@ -115,8 +104,22 @@ def test_cycles_are_found():
 
 
 def test_no_import_circle_among_the_modules():
-    found = cycles(without_package_inits(graph()))
+    """Every edge counts: a package's __init__ to the modules it re-exports, a function-level import, a type-only
+    one. A lazy or type-only import that would close a circle is a fact in the wrong room: move it to a leaf."""
+    found = cycles(graph())
     assert found == [], "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_type_only_and_function_level_imports_are_edges(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n")
+    (pkg / "b.py").write_text("def f():\n    from .c import C\n")
+    (pkg / "__init__.py").write_text("from .a import *\n")
+    known = {"pkg", "pkg.a", "pkg.b", "pkg.c"}
+    assert imports_of("pkg.a", pkg / "a.py", known) == {"pkg.b"}
+    assert imports_of("pkg.b", pkg / "b.py", known) == {"pkg.c"}
+    assert imports_of("pkg", pkg / "__init__.py", known) == {"pkg.a"}
 
 
 def test_the_worker_imports_neither_the_components_nor_the_pack():
@@ -141,7 +144,9 @@ ALLOWED = {
     # room (a prefix of module names) -> the project modules it may import (prefixes); its own room always.
     "components.catalogue": (),
     "components.spec": ("components.catalogue",),
-    "components.planning": ("components.catalogue", "components.spec"),
+    # The planner reads the configured stack (`StackConfig`, `WorkloadConfig`: type-only imports); config imports
+    # the chooser, so the chooser and what it runs on (simulation, stages, jobs) never import config (the circle test).
+    "components.planning": ("components.catalogue", "components.spec", "components.config"),
     "components.config": ("components.catalogue", "components.spec", "components.planning.chooser"),
     # The rehearsal's judging half (the evaluator, the plan model, the scenarios) is pure too: the pack runs it.
     "components.rehearse.evaluate": ("components.spec", "components.rehearse.conditions"),
@@ -152,7 +157,7 @@ ALLOWED = {
     "policies": ("components.catalogue", "components.spec", "components.synth.mocks",
                  "components.rehearse.plan_model", "components.rehearse.scenarios"),
 }
-"""The import rules docs/CONVENTIONS.md states (type-checking-only imports aside)."""
+"""The import rules docs/CONVENTIONS.md states, type-only and function-level imports included."""
 
 
 @pytest.mark.parametrize("room", sorted(ALLOWED))
@@ -162,3 +167,20 @@ def test_each_room_imports_only_what_it_may(room):
     wrong = sorted((v, w) for v, ws in g.items() if v == room or v.startswith(room + ".") for w in ws
                    if not any(w == a or w.startswith(a + ".") for a in allowed))
     assert wrong == [], f"{room} may import only {allowed}: {wrong}"
+
+
+def test_the_planner_imports_config_for_type_hints_only():
+    """docs/CONVENTIONS.md: `planning` imports `config` only under `if TYPE_CHECKING:` (config imports the chooser)."""
+    wrong = []
+    for name, path in modules().items():
+        if not name.startswith("components.planning"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                     and "TYPE_CHECKING" in ast.unparse(block.test) for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) not in type_only and (
+                    (node.level == 2 and (node.module or "").split(".")[0] == "config")
+                    or (node.module or "").startswith("components.config")):
+                wrong.append(f"{name}:{node.lineno}")
+    assert wrong == [], f"run-time imports of config in the planner: {wrong}"

@@ -3,10 +3,11 @@ pack, finds the pack's folder, and builds the worker image from the packaged rec
 
 The wheel is built from a snapshot of the build inputs (pyproject.toml, setup.py, MANIFEST.in, README.md,
 components/, policies/, worker/), so that setuptools' build/ and *.egg-info land in tmp_path, not in the checkout. The
-virtualenv gets `<wheel>[policy]` from PyPI through the machine's pip configuration (about a minute; pip's cache makes
-it faster the second time). The wheel is compared with the snapshot it was built from, and the snapshot with the
-checkout and the session's dev synth. examples/another-team, copied out of the checkout, synthesizes and passes the
-installed pack with advisories only, and fails it with a mismatch put inside its plan.
+virtualenv gets `<wheel>[platform,policy]` (the platform program's extra and the pack's) from PyPI through the
+machine's pip configuration (about a minute; pip's cache makes it faster the second time). The wheel is compared
+with the snapshot it was built from, and the snapshot with the checkout and the session's dev synth.
+examples/another-team, copied out of the checkout, synthesizes and passes the installed pack with advisories only, and
+fails it with a mismatch put inside its plan.
 """
 from __future__ import annotations
 
@@ -107,8 +108,8 @@ def installed(tmp_path_factory) -> Installed:
     venv = base / "venv"
     _ok(_run([sys.executable, "-m", "venv", venv], cwd=base, timeout=RUN_TIMEOUT_S), "python -m venv")
     # --no-compile: byte-compiling every provider SDK's modules is half the install's time, and nothing here needs it.
-    _ok(_run([venv / "bin" / "pip", "install", "-q", "--no-compile", f"{wheel}[policy]"], cwd=base,
-             timeout=INSTALL_TIMEOUT_S), "pip install gpuburst[policy]")
+    _ok(_run([venv / "bin" / "pip", "install", "-q", "--no-compile", f"{wheel}[platform,policy]"], cwd=base,
+             timeout=INSTALL_TIMEOUT_S), "pip install gpuburst[platform,policy]")
     site = _ok(_run([venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                     cwd=base), "purelib").stdout.strip()
     return Installed(source, snapshot_time, wheel, unpacked, venv, Path(site))

@@ -35,9 +35,10 @@ class OverlaySettings:
     bigtiff: bool | None = None
     """True/False forces the format; None writes BigTIFF only past ~1.8 GB of pixels (default None)."""
     preview_max_side: int = 1024
-    """Longest side of the PNG preview, in pixels (default 1024)."""
-    preview_alpha: float = 0.5
-    """Opacity of class colours over the slide thumbnail in the preview, 0-1 (default 0.5)."""
+    """Longest side of each of the PNG preview's two panels (the slide, its class map), in pixels (default 1024)."""
+    preview_alpha: float = 0.85
+    """Opacity of the class colours over the greyed slide in the preview's class-map panel, 0-1 (default 0.85;
+    worker/preview.py)."""
 
     def __post_init__(self) -> None:
         if self.compression not in ("zlib", "lzw"):

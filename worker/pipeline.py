@@ -15,7 +15,8 @@ import numpy as np
 from worker.device import describe_device
 from worker.inference import InferenceSettings, InferenceStats, TileJob, iter_class_maps
 from worker.models.loaded_model import LoadedModel
-from worker.overlay import OverlaySettings, render_preview, write_overlay, write_png
+from worker.overlay import OverlaySettings, write_overlay, write_png
+from worker.preview import display_colors, render_slide_preview
 from worker.slides import Level, Slide, TissueSettings, dilate, open_slide, tissue_mask, tissue_tiles
 
 WORKER_VERSION = "0.1.0"
@@ -160,7 +161,7 @@ def process_slide(
                 mpp_x=omx,
                 mpp_y=omy,
                 classes=model.classes,
-                colors=model.colors,
+                colors=display_colors(model.colors),  # as the preview draws them: apart from any stain
                 name=f"{slide_id} class map",
                 description=(
                     f"Class map of {slide.name} by {model.name} {model.version}; pixel values are class indices; "
@@ -183,19 +184,22 @@ def process_slide(
             timings["analyse"] = time.perf_counter() - t0
             os.replace(partial[0], out_dir / overlay_name(slide_id))
 
-            t0 = time.perf_counter()
-            preview_thumb = thumb if preview_thumb is None else preview_thumb.result()[0]
-            png = render_preview(
-                preview_thumb, result.preview_labels, model.colors,
-                alpha=s.overlay.preview_alpha, max_side=s.overlay.preview_max_side,
-            )
-            write_png(out_dir / preview_name(slide_id), png)
-            preview_s = time.perf_counter() - t0
-
-            used = s.inference.resolved(model.device)
             tissue_fraction = float(mask.mean()) if mask.size else 0.0
             slide_area = slide.width * slide.height * slide.mpp_x * slide.mpp_y
             px_area = omx * omy
+
+            t0 = time.perf_counter()
+            preview_thumb = thumb if preview_thumb is None else preview_thumb.result()[0]
+            preview = render_slide_preview(
+                preview_thumb, result.preview_labels, model.classes, model.colors,
+                class_area_um2=[n * px_area for n in result.class_pixels],
+                tissue_area_um2=tissue_fraction * slide_area, alpha=s.overlay.preview_alpha,
+                max_side=s.overlay.preview_max_side, title=f"{model.name} {model.version}",
+            )
+            write_png(out_dir / preview_name(slide_id), preview.rgb)
+            preview_s = time.perf_counter() - t0
+
+            used = s.inference.resolved(model.device)
             summary = {
                 "slide_id": slide_id,
                 "slide": slide.name,

@@ -3,6 +3,7 @@ worker's torch build needs of their GPUs and drivers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # --------------------------------------------------------------------------------------------------------------------
 # Instance facts: the NVIDIA x86-64 GPU instance types the stack may launch, as Karpenter sees them.
@@ -202,7 +203,7 @@ def instance_type_problem(name: object) -> str | None:
 # GPU software facts: what the worker's torch build needs, what the node AMI provides.
 # --------------------------------------------------------------------------------------------------------------------
 
-TORCH_CUDA = {"torch": "2.13.0", "cuda": "13.0", "min_compute_capability": (7, 5), "min_driver": "580",
+TORCH_CUDA: dict[str, Any] = {"torch": "2.13.0", "cuda": "13.0", "min_compute_capability": (7, 5), "min_driver": "580",
               "sources": "pytorch/pytorch #172352, #190385 (CUDA 13 builds: Turing sm_75 and newer, driver >= 580)"}
 """The worker image's torch build and what it needs of the GPU (compute capability) and of the node's driver."""
 
@@ -221,7 +222,7 @@ been read from its awslabs/amazon-eks-ami release notes (the "NVIDIA driver" lin
 variant) into this table yet; add `"vYYYYMMDD": "<branch>"` with that release note as the source."""
 
 
-CUDA_RUNTIME_FLOORS: dict[str, dict] = {
+CUDA_RUNTIME_FLOORS: dict[str, dict[str, Any]] = {
     "12": {"min_driver": "525", "min_compute_capability": (5, 0)},
     "13": {"min_driver": "580", "min_compute_capability": (7, 5)},
 }

@@ -13,6 +13,8 @@ s3:PutBucketPublicAccessBlock, DeleteBucketLifecycle s3:PutLifecycleConfiguratio
 """
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["S3_ENTRIES"]
 
 _B = "{arn}"
@@ -47,7 +49,7 @@ _BUCKET_READ = (
     ("s3:GetBucketTagging", "GetBucketTagging", _B, ""),
 )
 
-S3_ENTRIES: dict[str, dict] = {
+S3_ENTRIES: dict[str, dict[str, Any]] = {
     "aws:s3/bucket:Bucket": {
         "terraform": "aws_s3_bucket",
         "file": "internal/service/s3/bucket.go",

@@ -6,6 +6,7 @@ import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from .. import catalogue
 
@@ -13,8 +14,8 @@ __all__ = ["run_jobs"]
 
 
 def run_jobs(msgs: list[float], opened: Mapping[float, bool], poll: float, parallel: int, per_job: int,
-              pods_per_node: int, alive: Callable, place: Callable, open_pod: Callable, result: Callable,
-              close_pod: Callable) -> int:
+              pods_per_node: int, alive: Callable[..., Any], place: Callable[..., Any],
+              open_pod: Callable[..., Any], result: Callable[..., Any], close_pod: Callable[..., Any]) -> int:
     """The ScaledJob's run over the messages' sorted arrival times `msgs` (`opened[t]`: the warm floor is up for a
     message arriving at t), `parallel` slots and Jobs of `per_job` messages, with `simulate`'s node and pod helpers
     (`alive`, `place`, `open_pod`, `result`, `close_pod`); returns the Jobs started."""

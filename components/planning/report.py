@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import catalogue
+from .advice import Advice, Option
 from .arrivals import Trace
 from .stack import WorkloadPlan
 from .stages import CONSOLIDATE_AFTER_S, NODE_STAGES
 
 if TYPE_CHECKING:
     from ..config import StackConfig, WorkloadConfig
-    from .advisor import Advice, Option
 
 __all__ = [
     "plans_json",

@@ -37,7 +37,7 @@ same `simulate`.
   to the burst only from the arrival a pod serves to that pod's end (their standing cost is the idle cost per day).
 - **`warm=True`** (`plan-burst --warm`): every node a pod needs is Ready with the image cached AND KEDA's poll is
   zeroed; what is left is the chooser's seed model: ordered Jobs take n × (load + per_item), one consumer
-  load + n × per_item (README: 20 × (45 + 8) = 1,060 s and 45 + 20 × 8 = 205 s). `overrides` apply after it.
+  load + n × per_item (docs/planner.md: 20 × (45 + 8) = 1,060 s and 45 + 20 × 8 = 205 s). `overrides` apply after it.
 - **Latency**: per message, its result time − its arrival; reported as mean, p95 (nearest rank) and max.
 
 Trace CSV (`plan-burst --trace FILE`, `parse_trace`): a header row, then one row per arrival; columns `at`
@@ -184,7 +184,7 @@ class PatternPlan:
     """Warm-floor nodes Ready at the burst (a trace: at its first arrival; 0 outside the schedule)."""
     cold_start_s: float
     """Burst arrival to the first pod serving (poll + node + image + model load, as paid)."""
-    stages: dict
+    stages: dict[str, Any]
     """Stage name -> seconds used (with model_load and per_item)."""
     latency_mean_s: float
     """Mean over the messages of (result time - the message's arrival)."""
@@ -194,7 +194,7 @@ class PatternPlan:
     """Largest of the same."""
     arrivals: int
     """Distinct arrival times (1 for a burst)."""
-    timeline: dict = field(repr=False, default_factory=dict)
+    timeline: dict[str, Any] = field(repr=False, default_factory=dict)
     """{'nodes': [...], 'pods': [...], 'arrivals': [(s, messages), ...]} with each stage's times, for the PNG."""
     messages_per_job: int = 1
     """Messages one Job takes before it exits (1 for the consumer, which is not a Job). Default 1."""

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..spec.validation import ConfigError
 from .arrivals import Burst, Trace, TraceCsv
+from .node_stages import image_pull_note, image_pull_seconds, model_seconds
 from .simulation import node_type, simulate
-from .stages import image_pull_note, image_pull_seconds, model_seconds, stage_durations
+from .stages import stage_durations
 
 if TYPE_CHECKING:
     from ..config import StackConfig, WorkloadConfig
@@ -101,7 +102,7 @@ class WorkloadPlan:
     """The pattern the stack runs (the config's `pattern`, or the chooser's pick)."""
     reason: str
     """The chooser's reason."""
-    patterns: dict
+    patterns: dict[str, Any]
     """'scaledjob' and 'consumer' -> PatternPlan."""
     image_pull: str = ""
     """How the image pull stage was derived (layers, parallel or one stream, and what the other would take)."""

@@ -24,7 +24,7 @@ def _plan(args: argparse.Namespace) -> dict:
         config = read_stack_config(args.stack, args.project_dir, args.stack_file)
     except StackFileError as e:
         raise SynthError(str(e)) from None
-    return plan_document(args.stack, run_program(args.stack, config, args.project_dir))
+    return plan_document(args.stack, run_program(args.stack, config, args.project_dir, stack_file=args.stack_file))
 
 
 def main(argv: list[str], prog: str = "python -m components rehearse") -> int:

@@ -69,7 +69,7 @@ class Governed:
 
     resource: PlanResource
     arn: str
-    policy: dict | None
+    policy: dict[str, Any] | None
     policy_name: str | None
     """The resource name of the policy resource (`...-tls-only`), or of the resource itself when inline."""
     clinical: bool = False
@@ -85,7 +85,7 @@ class Endpoint:
     service: str
     """The service after `com.amazonaws.<region>.` (`s3`, `sqs`, ...)."""
     kind: str
-    policy: dict | None
+    policy: dict[str, Any] | None
     private_dns: bool
 
 
@@ -101,7 +101,7 @@ class StackFacts:
     resources: list[PlanResource]
     governed: list[Governed] = field(default_factory=list)
     endpoints: list[Endpoint] = field(default_factory=list)
-    roles: dict[str, tuple[str, list[dict]]] = field(default_factory=dict)
+    roles: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
     """Role ARN -> (its resource name, its inline policy documents)."""
 
     def endpoint_for(self, service: str) -> Endpoint | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..catalogue.provider_actions import PROVIDER_ACTIONS, PROVIDER_PHASES, ProviderAction, actions_for, resource_arn
 from .evaluate import Decision, Policy, Request, evaluate
@@ -90,8 +91,8 @@ def _service(action: str) -> str:
 
 
 def request_for(f: StackFacts, principal: str, action: str, resource: str, place: Place, *,
-                identity: Sequence[Policy], resource_policy: dict | None, label: str,
-                extra: dict | None = None) -> tuple[Request, dict]:
+                identity: Sequence[Policy], resource_policy: dict[str, Any] | None, label: str,
+                extra: dict[str, Any] | None = None) -> tuple[Request, dict[str, Any]]:
     """The request `principal` makes from `place` (the context keys AWS sets there) and the policies it meets (the
     endpoint's when it goes through one): `evaluate(request, **policies)`."""
     context: dict = {"aws:SecureTransport": True, "aws:ResourceAccount": f.account, **(extra or {})}
@@ -119,8 +120,8 @@ def request_for(f: StackFacts, principal: str, action: str, resource: str, place
 
 
 def decide(f: StackFacts, principal: str, action: str, resource: str, place: Place, *,
-           identity: Sequence[Policy], resource_policy: dict | None, label: str,
-           extra: dict | None = None) -> Decision:
+           identity: Sequence[Policy], resource_policy: dict[str, Any] | None, label: str,
+           extra: dict[str, Any] | None = None) -> Decision:
     """Evaluate the request of `request_for`."""
     request, policies = request_for(f, principal, action, resource, place, identity=identity,
                                     resource_policy=resource_policy, label=label, extra=extra)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .policy_documents import alarm_topic_key_policy, bucket_tls_only_policy, policy_document
 from .validation import ConfigError
@@ -181,7 +182,7 @@ def bucket_names(bucket_arns: Sequence[str], field: str = "bucket_arns") -> list
     return names
 
 
-def advanced_event_selectors(bucket_arns: Sequence[str]) -> list[dict]:
+def advanced_event_selectors(bucket_arns: Sequence[str]) -> list[dict[str, Any]]:
     """The trail's advanced event selectors: every management event, and the S3 data events (object-level reads and
     writes) of the given buckets only (`resources.ARN` StartsWith `<bucket ARN>/`, so a bucket whose name merely
     starts the same way is not included). With advanced selectors a trail logs management events only through a
@@ -203,7 +204,7 @@ def advanced_event_selectors(bucket_arns: Sequence[str]) -> list[dict]:
     return selectors
 
 
-def trail_bucket_policy(log_bucket_arn: str, *, trail_arn: str, account_id: str) -> dict:
+def trail_bucket_policy(log_bucket_arn: str, *, trail_arn: str, account_id: str) -> dict[str, Any]:
     """The trail bucket's policy: TLS only (`policy_documents.bucket_tls_only_policy`), and CloudTrail may read the
     bucket ACL and write log files under `AWSLogs/<account>/`, for this one trail only (the documented statements)."""
     _check("account_id", account_id, _ACCOUNT, "a 12-digit AWS account id as a string")
@@ -221,7 +222,7 @@ def trail_bucket_policy(log_bucket_arn: str, *, trail_arn: str, account_id: str)
     return doc
 
 
-def object_lock_rule(mode: str, days: int) -> dict:
+def object_lock_rule(mode: str, days: int) -> dict[str, Any]:
     """The default-retention rule of an Object Lock bucket (inputs of `aws.s3.BucketObjectLockConfiguration.rule`):
     every new object version is locked in `mode` for `days` days."""
     if mode not in LOCK_MODES:
@@ -236,7 +237,7 @@ def object_lock_rule(mode: str, days: int) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 
 def audit_key_policy(*, account_id: str, partition: str, region: str, trail_name: str, log_group_name: str,
-                     alarm_names: Sequence[str], logs_key_actions: Sequence[str]) -> dict:
+                     alarm_names: Sequence[str], logs_key_actions: Sequence[str]) -> dict[str, Any]:
     """The audit key's policy: the account administers it through IAM (readers of the logs get `kms:Decrypt` from
     IAM policies); CloudTrail encrypts this trail's log and digest files and describes the key (`aws:SourceArn` = the
     trail); CloudWatch Logs encrypts the trail's log group only; CloudWatch alarms of this stack publish to the
@@ -262,7 +263,7 @@ def audit_key_policy(*, account_id: str, partition: str, region: str, trail_name
     ])
 
 
-def logs_role_trust_policy(*, account_id: str, trail_arn: str) -> dict:
+def logs_role_trust_policy(*, account_id: str, trail_arn: str) -> dict[str, Any]:
     """Trust policy of the CloudWatch Logs role: only CloudTrail, only for this trail of this account."""
     _check("account_id", account_id, _ACCOUNT, "a 12-digit AWS account id as a string")
     return policy_document([{
@@ -274,7 +275,7 @@ def logs_role_trust_policy(*, account_id: str, trail_arn: str) -> dict:
     }])
 
 
-def logs_role_policy(*, account_id: str, partition: str, region: str, log_group_name: str) -> dict:
+def logs_role_policy(*, account_id: str, partition: str, region: str, log_group_name: str) -> dict[str, Any]:
     """The CloudWatch Logs role's policy: create CloudTrail's log streams (`<account>_CloudTrail_<region>`, and the
     numbered ones of a busy trail) in the one log group and put events into them, nothing else."""
     group = log_group_arn(partition=partition, region=region, account_id=account_id, log_group_name=log_group_name)

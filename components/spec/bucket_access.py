@@ -72,7 +72,7 @@ def _outside_place(endpoints: Sequence[str], cidrs: Sequence[str]) -> dict[str, 
 
 
 def data_bucket_statements(bucket_arn: str, part: BucketPart, model: DeployModel,
-                           vpc_endpoint_ids: Sequence[str]) -> list[dict]:
+                           vpc_endpoint_ids: Sequence[str]) -> list[dict[str, Any]]:
     """The deploy-model statements of one clinical bucket (added after its TLS-only statements). `bucket_arn` and
     `vpc_endpoint_ids` are plain strings here (the caller resolves Outputs first)."""
     if part.kind not in ("slides", "results"):
@@ -124,7 +124,8 @@ def data_bucket_statements(bucket_arn: str, part: BucketPart, model: DeployModel
     return statements
 
 
-def outside_role_key_statements(model: DeployModel, *, account_id: str, partition: str, region: str) -> list[dict]:
+def outside_role_key_statements(model: DeployModel, *, account_id: str, partition: str,
+                                region: str) -> list[dict[str, Any]]:
     """Data-key statements for the uploaders (GenerateDataKey, and Decrypt that multipart uploads need) and the
     readers (Decrypt), each only through S3 in this region (`kms:ViaService`), as the worker statement does."""
     dns = "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com"

@@ -177,7 +177,7 @@ def secrets_manager_env(runner: DeployRunner) -> dict[str, str]:
     return out
 
 
-def buildspec(runner: DeployRunner, *, project_dir: str = ".", policy_pack: str | None = "policies") -> dict:
+def buildspec(runner: DeployRunner, *, project_dir: str = ".", policy_pack: str | None = "policies") -> dict[str, Any]:
     """The runner's buildspec (version 0.2, bash) as a dict: install the pinned CLI, make the program's `.venv`, log in,
     select the stack, run the command GPUBURST_PULUMI_COMMAND names. `project_dir` is the Pulumi project's folder in
     the bundle; `policy_pack` (relative to it, or None) is the CrossGuard pack up and preview run with, whose
@@ -233,7 +233,7 @@ def buildspec_yaml(runner: DeployRunner, *, project_dir: str = ".", policy_pack:
                           width=4096)
 
 
-def runner_trust_statement(account_id: str, region: str, project_name: str, partition: str = "aws") -> dict:
+def runner_trust_statement(account_id: str, region: str, project_name: str, partition: str = "aws") -> dict[str, Any]:
     """The statement the runner's role (the deployer's, named in config, not made by the stack) needs in its trust
     policy so CodeBuild can assume it: `codebuild.amazonaws.com`, held to this account's runner project with the global
     condition keys `aws:SourceAccount` and `aws:SourceArn` (IAM User Guide, "The confused deputy problem")."""

@@ -3,6 +3,7 @@ budgets and consolidation delay, so the planner and the pack read the same defau
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from .names import CAPACITY_TYPE_LABEL
 
@@ -22,7 +23,7 @@ ON_DEMAND_NODE_SELECTOR = {CAPACITY_TYPE_LABEL: "on-demand"}
 both: Karpenter intersects the pod's requirements with the NodePool's, so the pod never lands on spot. The pool must
 allow on-demand, or the pod stays Pending."""
 
-DEFAULT_BUDGETS = (
+DEFAULT_BUDGETS: tuple[dict[str, Any], ...] = (
     {"nodes": "100%", "reasons": ["Empty"]},
     {"nodes": "0", "reasons": ["Drifted", "Underutilized"]},
 )

@@ -120,7 +120,7 @@ def _parent(manifest: dict, concrete: str) -> Any:
     return node
 
 
-Check = Callable[[Any, dict, str, str], "str | tuple[Any, str] | None"]
+Check = Callable[[Any, dict[str, Any], str, str], "str | tuple[Any, str] | None"]
 """`check(value, manifest, concrete_path, keda_version)` -> None when fine; else what is allowed (str), or
 (value to show, what is allowed) to redact or reshape the value in the message."""
 
@@ -313,7 +313,7 @@ def _where(manifest: dict) -> str:
     return f"{kind} {meta.get('namespace')}/{name}"
 
 
-def keda_manifest_problems(manifest: dict, keda_version: str = KEDA_VERSION) -> list[ConfigError]:
+def keda_manifest_problems(manifest: dict[str, Any], keda_version: str = KEDA_VERSION) -> list[ConfigError]:
     """Every rule `manifest` breaks for `keda_version`, as ConfigErrors (empty when it is fine)."""
     kind = manifest.get("kind")
     where = _where(manifest)
@@ -344,7 +344,7 @@ def keda_manifest_problems(manifest: dict, keda_version: str = KEDA_VERSION) -> 
     return problems
 
 
-def check_keda_manifest(manifest: dict, keda_version: str = KEDA_VERSION) -> dict:
+def check_keda_manifest(manifest: dict[str, Any], keda_version: str = KEDA_VERSION) -> dict[str, Any]:
     """Raise the first problem of `manifest` (a one-line ConfigError) for `keda_version`; return the manifest."""
     problems = keda_manifest_problems(manifest, keda_version)
     if problems:

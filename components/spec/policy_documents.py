@@ -77,12 +77,12 @@ def _check_prefixes(field: str, prefixes: Sequence[str]) -> list[str]:
     return out
 
 
-def policy_document(statements: Iterable[dict]) -> dict:
+def policy_document(statements: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Wrap statements in a policy document."""
     return {"Version": POLICY_VERSION, "Statement": list(statements)}
 
 
-def deny_insecure_transport_statement(service: str, resources: list[Any]) -> dict:
+def deny_insecure_transport_statement(service: str, resources: list[Any]) -> dict[str, Any]:
     """Deny every action of `service` on `resources` to everyone when the request is not over TLS."""
     return {
         "Sid": "DenyInsecureTransport",
@@ -94,7 +94,7 @@ def deny_insecure_transport_statement(service: str, resources: list[Any]) -> dic
     }
 
 
-def queue_tls_only_policy(queue_arn: Any) -> dict:
+def queue_tls_only_policy(queue_arn: Any) -> dict[str, Any]:
     """SQS queue policy: deny all SQS actions on the queue over plain HTTP (`aws:SecureTransport` false)."""
     _check_arn("queue_arn", queue_arn, _SQS_ARN, "an SQS queue ARN (arn:aws:sqs:REGION:ACCOUNT:NAME)")
     return policy_document([deny_insecure_transport_statement("sqs", [queue_arn])])
@@ -104,7 +104,7 @@ MINIMUM_TLS_VERSION = "1.2"
 """Oldest TLS version the buckets accept (S3's `s3:TlsVersion` condition key)."""
 
 
-def bucket_tls_only_policy(bucket_arn: Any) -> dict:
+def bucket_tls_only_policy(bucket_arn: Any) -> dict[str, Any]:
     """S3 bucket policy: deny all S3 actions over plain HTTP, and over TLS older than `MINIMUM_TLS_VERSION`."""
     _check_arn("bucket_arn", bucket_arn, _S3_BUCKET_ARN, "an S3 bucket ARN (arn:aws:s3:::BUCKET)")
     resources = [bucket_arn, _join(bucket_arn, "/*")]
@@ -132,7 +132,7 @@ def _kms_statement(kms_key_arn: Any, actions: tuple[str, ...], service: str) -> 
     }
 
 
-def queue_consumer_statements(queue_arn: Any, *, kms_key_arn: Any = None) -> list[dict]:
+def queue_consumer_statements(queue_arn: Any, *, kms_key_arn: Any = None) -> list[dict[str, Any]]:
     """IAM statements a worker needs to consume one queue (receive, delete, extend visibility, get attributes/URL).
 
     `kms_key_arn`: the customer-managed key the queue is encrypted with, when it is (kms:Decrypt through SQS);
@@ -145,7 +145,7 @@ def queue_consumer_statements(queue_arn: Any, *, kms_key_arn: Any = None) -> lis
     return statements
 
 
-def queue_producer_statements(queue_arn: Any, *, kms_key_arn: Any = None) -> list[dict]:
+def queue_producer_statements(queue_arn: Any, *, kms_key_arn: Any = None) -> list[dict[str, Any]]:
     """IAM statements a producer needs to send to one queue (plus GenerateDataKey/Decrypt when CMK-encrypted)."""
     _check_arn("queue_arn", queue_arn, _SQS_ARN, "an SQS queue ARN (arn:aws:sqs:REGION:ACCOUNT:NAME)")
     statements = [{"Effect": "Allow", "Action": list(QUEUE_PRODUCER_ACTIONS), "Resource": queue_arn}]
@@ -154,14 +154,14 @@ def queue_producer_statements(queue_arn: Any, *, kms_key_arn: Any = None) -> lis
     return statements
 
 
-def queue_metrics_statements(queue_arn: Any) -> list[dict]:
+def queue_metrics_statements(queue_arn: Any) -> list[dict[str, Any]]:
     """IAM statements a queue-length scaler needs (sqs:GetQueueAttributes on the one queue)."""
     _check_arn("queue_arn", queue_arn, _SQS_ARN, "an SQS queue ARN (arn:aws:sqs:REGION:ACCOUNT:NAME)")
     return [{"Effect": "Allow", "Action": list(QUEUE_METRICS_ACTIONS), "Resource": queue_arn}]
 
 
 def s3_prefix_statements(bucket_arn: Any, read_prefixes: Sequence[str], write_prefixes: Sequence[str], *,
-                         kms_key_arn: Any = None) -> list[dict]:
+                         kms_key_arn: Any = None) -> list[dict[str, Any]]:
     """IAM statements to read objects under `read_prefixes` and write objects under `write_prefixes` of one bucket.
 
     Reading also gets `s3:ListBucket` limited (by the `s3:prefix` condition) to the read prefixes, so a missing
@@ -195,7 +195,7 @@ def s3_prefix_statements(bucket_arn: Any, read_prefixes: Sequence[str], write_pr
 _S3_OBJECT_ARN = re.compile(r"^arn:aws[a-z-]*:s3:::[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^*?\s]+$")
 
 
-def s3_object_read_statements(object_arn: Any, *, kms_key_arn: Any = None) -> list[dict]:
+def s3_object_read_statements(object_arn: Any, *, kms_key_arn: Any = None) -> list[dict[str, Any]]:
     """IAM statements to read exactly one S3 object (`arn:aws:s3:::bucket/key`, no wildcard): `s3:GetObject` on it
     and nothing else of its bucket (no listing: a missing object answers 403), plus `kms:Decrypt` through S3 on
     `kms_key_arn` when the object is encrypted with a customer-managed key."""
@@ -208,7 +208,7 @@ def s3_object_read_statements(object_arn: Any, *, kms_key_arn: Any = None) -> li
     return statements
 
 
-def dead_letter_sender_statements(dead_letter_queue_arn: Any, *, kms_key_arn: Any = None) -> list[dict]:
+def dead_letter_sender_statements(dead_letter_queue_arn: Any, *, kms_key_arn: Any = None) -> list[dict[str, Any]]:
     """IAM statements to send to a dead-letter queue and nothing else (a worker setting a bad message aside).
 
     `kms_key_arn`: the queue's customer-managed key, when there is one: sending to an SSE-KMS queue needs
@@ -240,7 +240,8 @@ def check_pod_identity_subject(namespace: str, service_account: str) -> None:
         raise ConfigError("service_account", service_account, "a Kubernetes service account name (a DNS subdomain)")
 
 
-def pod_identity_trust_policy(*, account_id: str, cluster_arn: str, namespace: str, service_account: str) -> dict:
+def pod_identity_trust_policy(*, account_id: str, cluster_arn: str, namespace: str,
+                              service_account: str) -> dict[str, Any]:
     """Trust policy of a Pod Identity role: only EKS Pod Identity, only for this account, this cluster, this namespace
     and this service account, may assume it and tag the session.
 
@@ -285,7 +286,7 @@ _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/*-]{1,512}$")
 
 
 def deny_outside_vpc_endpoints_statement(resources: list[Any], vpc_endpoint_ids: Sequence[Any],
-                                         break_glass_role_arns: Sequence[str] = ()) -> dict:
+                                         break_glass_role_arns: Sequence[str] = ()) -> dict[str, Any]:
     """Deny every S3 action on `resources` to any request that does not come through one of `vpc_endpoint_ids`
     (S3 User Guide, "Controlling access from VPC endpoints with bucket policies": `StringNotEquals` on
     `aws:SourceVpce`), except to principals matching `break_glass_role_arns` (`ArnNotLike` on `aws:PrincipalArn`;
@@ -309,7 +310,7 @@ def deny_outside_vpc_endpoints_statement(resources: list[Any], vpc_endpoint_ids:
 
 
 def data_bucket_policy(bucket_arn: Any, *, vpc_endpoint_ids: Sequence[Any] | None = None,
-                       break_glass_role_arns: Sequence[str] = ()) -> dict:
+                       break_glass_role_arns: Sequence[str] = ()) -> dict[str, Any]:
     """A clinical bucket's policy: `bucket_tls_only_policy`, plus, with `vpc_endpoint_ids`, the deny of every request
     from outside those endpoints (`deny_outside_vpc_endpoints_statement`)."""
     doc = bucket_tls_only_policy(bucket_arn)
@@ -324,7 +325,8 @@ S3_LOG_DELIVERY_PRINCIPAL = "logging.s3.amazonaws.com"
 logging": permissions for log delivery)."""
 
 
-def access_log_bucket_policy(log_bucket_arn: Any, prefix: str, source_bucket_arns: list[Any], account_id: Any) -> dict:
+def access_log_bucket_policy(log_bucket_arn: Any, prefix: str, source_bucket_arns: list[Any],
+                             account_id: Any) -> dict[str, Any]:
     """The access-log bucket's policy: TLS only, and S3 log delivery may put objects under `prefix`, for the named
     source buckets of this account only (the documented statement: S3 User Guide, "Enabling Amazon S3 server access
     logging", grant permissions to the logging service principal by using a bucket policy)."""
@@ -342,7 +344,7 @@ def access_log_bucket_policy(log_bucket_arn: Any, prefix: str, source_bucket_arn
     return doc
 
 
-def alarm_topic_key_policy(account_id: str, partition: str, region: str, alarm_names: Sequence[str]) -> dict:
+def alarm_topic_key_policy(account_id: str, partition: str, region: str, alarm_names: Sequence[str]) -> dict[str, Any]:
     """Key policy of the customer-managed key that encrypts an alarm topic.
 
     CloudWatch publishes to an SSE topic only if the topic's key lets `cloudwatch.amazonaws.com` use it. The
@@ -371,7 +373,7 @@ def alarm_topic_key_policy(account_id: str, partition: str, region: str, alarm_n
     ])
 
 
-def allow_wildcard_actions(statements: Iterable[dict]) -> list[str]:
+def allow_wildcard_actions(statements: Iterable[dict[str, Any]]) -> list[str]:
     """Every action with a `*` in an Allow statement (empty for a least-privilege set of statements)."""
     found = []
     for st in statements:

@@ -4,7 +4,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+_Class = TypeVar("_Class", bound=type)
+"""A class a decorator hands back as it was given, so that type checkers keep its name and signature."""
 
 
 class ConfigError(ValueError):
@@ -12,7 +15,10 @@ class ConfigError(ValueError):
     component and resource: `GpuNodePool 'gpu': instance_types: [...] is not valid: ...`)."""
 
     def __init__(self, field: str, value: Any, expected: str, where: str | None = None) -> None:
-        self.field, self.value, self.expected, self.where = field, value, expected, where
+        self.field: str = field
+        self.value: Any = value
+        self.expected: str = expected
+        self.where: str | None = where
         text = f"{field}: {value!r} is not valid: {expected}"
         super().__init__(f"{where}: {text}" if where else text)
 
@@ -34,7 +40,7 @@ def is_cdi_feature_flag(v: Any) -> bool:
     return isinstance(v, str) and bool(_CDI_FEATURE_FLAG.match(v))
 
 
-def names_its_errors(cls: type) -> type:
+def names_its_errors(cls: _Class) -> _Class:
     """Class decorator for a ComponentResource: a ConfigError its constructor raises names the component type and
     the resource name (`Kind 'name': ...`), so an error in a program of many components says which one."""
     init = cls.__init__

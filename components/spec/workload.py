@@ -94,7 +94,23 @@ STATEFUL_ANNOTATION = "gpuburst.io/stateful"
 """Annotation carrying WorkloadFacts.state_across_messages on the rendered ScaledJob/Deployment."""
 
 
+INDEPENDENT_ANNOTATION = "gpuburst.io/items-independent"
+"""Annotation carrying WorkloadFacts.items_independent on the rendered ScaledJob/Deployment."""
+CHOICE_ANNOTATION = "gpuburst.io/chooser-pattern"
+"""Annotation carrying the pattern `planning.chooser.choose_pattern` picks for the workload's facts (`scaledjob` or
+`consumer`), whatever pattern was declared: the pack's `consumer-for-independent-work` compares the two."""
+CHOICE_REASON_ANNOTATION = "gpuburst.io/chooser-reason"
+"""Annotation carrying the chooser's reason with its per-burst estimates (one sentence)."""
+
+
 def fact_annotations(facts: WorkloadFacts) -> dict[str, str]:
     """The workload's declared facts as annotations, so a policy can judge the rendered object during preview."""
     return {ORDERED_ANNOTATION: str(facts.ordered).lower(),
-            STATEFUL_ANNOTATION: str(facts.state_across_messages).lower()}
+            STATEFUL_ANNOTATION: str(facts.state_across_messages).lower(),
+            INDEPENDENT_ANNOTATION: str(facts.items_independent).lower()}
+
+
+def choice_annotations(pattern: str, reason: str) -> dict[str, str]:
+    """The chooser's pick for the workload's facts and its reason (`PatternChoice.pattern`, `.reason`) as
+    annotations."""
+    return {CHOICE_ANNOTATION: pattern, CHOICE_REASON_ANNOTATION: reason}

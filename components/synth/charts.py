@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import yaml
 
 from .. import catalogue
 from ..config.files import PROJECT_DIR
+from ..spec.extras import missing_message
 from .mocks import UNKNOWN
 
 CHART_TYPE = "kubernetes:helm.sh/v4:Chart"
@@ -117,13 +118,45 @@ def archive_name(chart: str, version: str) -> str:
     return f"{chart}-{version}.tgz"
 
 
+def charts_of(resources: Iterable[dict[str, Any]]) -> list[catalogue.ChartPin]:
+    """The charts a plan's `helm.v4.Chart` registrations render (what `charts pull` fetches for a stack), each once,
+    sorted: name and version from the Chart's `chart` and `version` inputs, the repository from an `oci://` chart
+    reference or its `repositoryOpts.repo`, else the catalogue's. A Chart whose inputs are unknown is left out (it
+    renders nothing in a preview either)."""
+    found: dict[tuple[str, str], catalogue.ChartPin] = {}
+    for res in resources:
+        if res["type"] != CHART_TYPE:
+            continue
+        props = res["properties"]
+        ref, version = props.get("chart"), props.get("version")
+        if not isinstance(ref, str) or not isinstance(version, str) or _contains_unknown(props):
+            continue
+        name = chart_name(ref)
+        pinned = catalogue.CHARTS.get(name)
+        if ref.startswith("oci://"):
+            repository = ref.rstrip("/").rsplit("/", 1)[0]
+        else:
+            repository = str((props.get("repositoryOpts") or {}).get("repo") or (pinned.repository if pinned else ""))
+        namespace = str(props.get("namespace") or (pinned.namespace if pinned else "default"))
+        found[(name, version)] = catalogue.ChartPin(name, repository, version, namespace)
+    return [found[k] for k in sorted(found)]
+
+
+def shallow_fix(entry: dict[str, Any], prog: str) -> str:
+    """What to do about a shallow entry of the plan (`Expansion.shallow`), for the synth's one-line warning: pull
+    the chart when its archive is missing, nothing more to say otherwise (the reason says it)."""
+    if "not in the chart cache" in str(entry.get("reason", "")):
+        return f"fill the cache with `{prog} charts pull --if-missing`"
+    return ""
+
+
 def chart_name(chart_input: Any) -> str:
     """The chart's name from a Chart's `chart` input: `oci://public.ecr.aws/karpenter/karpenter` -> `karpenter`."""
     return str(chart_input or "").rstrip("/").rsplit("/", 1)[-1]
 
 
 def pull(cache: Path, timeout_s: float = PULL_TIMEOUT_S, charts: Iterable[catalogue.ChartPin] | None = None,
-         runner=subprocess.run) -> list[str]:
+         runner: Callable[..., Any] = subprocess.run) -> list[str]:
     """Download every catalogue chart at its pinned version into `cache` (skipping archives already there).
 
     Each pull runs in a subprocess so that a stalled download ends at `timeout_s`. Returns one line per chart;
@@ -168,7 +201,7 @@ def type_token(api_version: str, kind: str) -> str:
     return f"kubernetes:{group or 'core'}/{version}:{kind}"
 
 
-def child_name(prefix: str, obj: dict) -> str:
+def child_name(prefix: str, obj: dict[str, Any]) -> str:
     """The resource name helm.v4.Chart gives a rendered object: `<prefix>:<namespace>/<name>`, or `<prefix>:<name>`
     for a cluster-scoped object (pulumi-kubernetes provider/pkg/provider/yaml/v2 `register`)."""
     meta = obj.get("metadata") or {}
@@ -209,11 +242,16 @@ def _documents(path: str, text: str) -> list[dict]:
     return out
 
 
-def render_objects(archive: Path, values: dict, release: str, namespace: str,
-                   skip_crds: bool) -> list[tuple[str, dict]]:
+def render_objects(archive: Path, values: dict[str, Any], release: str, namespace: str,
+                   skip_crds: bool) -> list[tuple[str, dict[str, Any]]]:
     """(template path, object) for every object `helm template` prints for the chart as helm.v4.Chart runs it:
     install mode, hooks disabled, CRDs from `crds/` first unless `skip_crds`, NOTES.txt and empty documents left out."""
-    import helm_python  # imported here: loading the Go library costs ~0.1 s, only a synth with charts pays it
+    try:
+        import helm_python  # imported here: loading the Go library costs ~0.1 s, only a synth with charts pays it
+    except ModuleNotFoundError as e:  # the `platform` extra: a workload stack renders no chart and never needs it
+        if e.name != "helm_python":
+            raise
+        raise ChartError(missing_message("helm_python", "rendering a Helm chart offline")) from None
 
     try:
         chart = helm_python.Chart.load(str(archive))
@@ -272,17 +310,19 @@ def _normalise(obj: dict, namespace: str, crd_scopes: dict) -> dict:
 class Expansion:
     """What rendering a plan's Charts produced."""
 
-    children: list[dict] = field(default_factory=list)
+    children: list[dict[str, Any]] = field(default_factory=list)
     """Plan entries of the rendered objects (each a child of its Chart)."""
-    shallow: list[dict] = field(default_factory=list)
+    shallow: list[dict[str, Any]] = field(default_factory=list)
     """`{"chart", "version", "urn", "reason"}` for every Chart that could not be rendered."""
     rendered: dict[str, int] = field(default_factory=dict)
     """Chart resource URN -> number of objects rendered."""
     seconds: float = 0.0
     """Wall time spent loading and rendering the charts."""
+    archives: dict[str, Path] = field(default_factory=dict)
+    """Chart resource URN -> the archive it was rendered from (so the summary names folders that exist)."""
 
 
-def expand(resources: list[dict], cache: Path | list[Path], cache_source: str = "") -> Expansion:
+def expand(resources: list[dict[str, Any]], cache: Path | list[Path], cache_source: str = "") -> Expansion:
     """Render every `helm.v4.Chart` among the plan entries `resources` from the archives in `cache` (a folder, or
     folders searched in order).
 
@@ -317,6 +357,7 @@ def expand(resources: list[dict], cache: Path | list[Path], cache_source: str = 
             out.shallow.append({**shallow, "reason": f"render failed: {e}"})
             continue
         pending.append((res, objects))
+        out.archives[res["urn"]] = archive
     scopes = _crd_scopes(o for _, objs in pending for _, o in objs)
     for res, objects in pending:
         props = res["properties"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ class RealisticMocks(pulumi.runtime.Mocks):
     def _arn(self, service: str, resource: str, regional: bool = True) -> str:
         return f"arn:aws:{service}:{self.region if regional else ''}:{FAKE_ACCOUNT}:{resource}"
 
-    def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict]:
+    def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         t, name, inputs = args.typ, args.name, dict(args.inputs)
         physical = str(inputs.get("name") or _slug(name))
         out: dict[str, Any] = dict(inputs)
@@ -114,7 +115,7 @@ class RealisticMocks(pulumi.runtime.Mocks):
             out.setdefault("arn", self._arn(t.split(":")[1].split("/")[0], physical))
         return rid, out
 
-    def call(self, args: _mocks.MockCallArgs) -> dict:
+    def call(self, args: _mocks.MockCallArgs) -> dict[str, Any]:
         tok = args.token
         if tok == "aws:ecr/getAuthorizationToken:getAuthorizationToken":
             return {"userName": "AWS", "password": "mock-ecr-token", "authorizationToken": "QVdTOm1vY2s=",
@@ -167,9 +168,9 @@ class Registration:
     custom: bool
     remote: bool
     dependencies: list[str]
-    properties: dict
+    properties: dict[str, Any]
 
-    def as_plan_entry(self) -> dict:
+    def as_plan_entry(self) -> dict[str, Any]:
         return {"urn": self.urn, "type": self.type, "name": self.name, "parent": self.parent or None,
                 "dependencies": sorted(set(self.dependencies)), "properties": self.properties}
 
@@ -177,13 +178,16 @@ class Registration:
 class RecordingMonitor(_mocks.MockMonitor):
     """A MockMonitor that keeps every registration (type, name, parent, dependencies, inputs) and stack outputs."""
 
+    stack_urn: str
+
     def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
         super().__init__(mocks)
         self.registrations: list[Registration] = []
         self.stack_outputs: dict[str, Any] = {}
         self.stack_urn = ""
 
-    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        """Record the registration (type, name, parent, dependencies, inputs), then answer as the mocks do."""
         response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
             self.stack_urn = response.urn
@@ -195,7 +199,8 @@ class RecordingMonitor(_mocks.MockMonitor):
             properties=to_plain(inputs)))
         return response
 
-    def RegisterResourceOutputs(self, request):  # noqa: N802
+    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802
+        """Keep the stack's outputs (`pulumi.export`), then answer as the mocks do."""
         stack_suffix = "::pulumi:pulumi:Stack::" + request.urn.split("::")[-1]
         if request.urn == self.stack_urn or request.urn.endswith(stack_suffix):
             self.stack_outputs.update(to_plain(rpc.deserialize_properties(request.outputs, keep_unknowns=True)))
@@ -206,13 +211,52 @@ class RecordingMonitor(_mocks.MockMonitor):
         return [r for r in self.registrations if r.type == type_]
 
 
+@dataclass(frozen=True)
+class LogLine:
+    """One line the program logged with `pulumi.log` (info, warn or error; debug is left out, as the CLI does
+    without --debug)."""
+
+    severity: str
+    """"info", "warning" or "error"."""
+    message: str
+    """The text as the program wrote it."""
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.message}"
+
+
+class _ProgramLog(logging.Handler):
+    """Keeps each record of the mock engine's logger as a LogLine, and hands it to `on_log` as it comes."""
+
+    def __init__(self, lines: list[LogLine], on_log: Callable[[LogLine], None] | None) -> None:
+        super().__init__(logging.INFO)
+        self.lines, self.on_log = lines, on_log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = LogLine(record.levelname.lower(), record.getMessage())
+        self.lines.append(line)
+        if self.on_log is not None:
+            self.on_log(line)
+
+
+def program_logger(lines: list[LogLine], on_log: Callable[[LogLine], None] | None = None) -> logging.Logger:
+    """A logger of its own (not the root logger, whose WARNING level drops `pulumi.log.info`) for the mock engine:
+    Pulumi's MockEngine turns each `pulumi.log` call into a call on it (pulumi/runtime/mocks.py, MockEngine.Log)."""
+    logger = logging.Logger("gpuburst.program", logging.INFO)
+    logger.propagate = False
+    logger.addHandler(_ProgramLog(lines, on_log))
+    return logger
+
+
 @dataclass
 class RunResult:
     """What a program run under mocks registered."""
 
     monitor: RecordingMonitor
     error: BaseException | None = None
-    outputs: dict = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    logs: list[LogLine] = field(default_factory=list)
+    """What the program logged with `pulumi.log.info`/`warn`/`error`, in order."""
 
     @property
     def registrations(self) -> list[Registration]:
@@ -232,11 +276,13 @@ def close_event_loops() -> None:
 
 def run_under_mocks(program: Callable[[], Any], *, project: str = "gpuburst", stack: str = "dev",
                     region: str = "us-east-1", config: dict[str, Any] | None = None,
-                    preview: bool = False, mocks: pulumi.runtime.Mocks | None = None) -> RunResult:
+                    preview: bool = False, mocks: pulumi.runtime.Mocks | None = None,
+                    on_log: Callable[[LogLine], None] | None = None) -> RunResult:
     """Run `program` (which declares resources) under recording mocks and wait for every registration.
 
     `config` maps full keys (`gpuburst:environment`, `aws:region`) to values; non-strings are JSON-encoded, as the
-    engine passes them. Exceptions from the program are re-raised after the runtime settles.
+    engine passes them. Exceptions from the program are re-raised after the runtime settles. What the program logs
+    with `pulumi.log` is kept in the result's `logs` and, as it comes, handed to `on_log` (the synth prints it).
     """
     all_config = {"aws:region": region}
     for k, v in (config or {}).items():
@@ -251,7 +297,9 @@ def run_under_mocks(program: Callable[[], Any], *, project: str = "gpuburst", st
     from pulumi.runtime import settings as _settings
     from pulumi.runtime.settings import SETTINGS
     _settings.ROOT.set(None)  # a fresh root stack per run, so exports of an earlier run never leak into this one
-    pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=preview, monitor=monitor)
+    logs: list[LogLine] = []
+    pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=preview, monitor=monitor,
+                             logger=program_logger(logs, on_log))
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
 
@@ -272,4 +320,4 @@ def run_under_mocks(program: Callable[[], Any], *, project: str = "gpuburst", st
         raise
     finally:
         pulumi.runtime.set_all_config({}, [])
-    return RunResult(monitor=monitor, outputs=outputs)
+    return RunResult(monitor=monitor, outputs=outputs, logs=logs)

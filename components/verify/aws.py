@@ -25,6 +25,11 @@ _NO_SUCH_OPERATION = ("404", "UnknownOperationException", "InvalidAction")
 class AwsError(CouldNotRun):
     """One AWS call failed: `str()` is `ACTION on RESOURCE: CODE (message)`."""
 
+    action: str
+    resource: str
+    code: str
+    message: str
+
     def __init__(self, action: str, resource: str, code: str, message: str = "") -> None:
         self.action, self.resource, self.code, self.message = action, resource, code, message
         super().__init__(f"{action} on {resource}: {code}" + (f" ({message})" if message else ""))
@@ -56,6 +61,9 @@ def _wrap(action: str, resource: str, fn: Any, **kwargs: Any) -> Any:
 class Aws:
     """EC2/EKS/SQS/S3/STS clients of one identity (the caller's, or an assumed role's) in one region."""
 
+    session: Any
+    region: str | None
+
     def __init__(self, region: str | None = None, session: boto3.session.Session | None = None) -> None:
         self.session = session or boto3.session.Session(region_name=region)
         self.region = region or self.session.region_name
@@ -77,25 +85,25 @@ class Aws:
         return Aws(self.region, session)
 
     # -- EC2 ---------------------------------------------------------------------------------------------------
-    def describe_instances(self, instance_ids: list[str]) -> list[dict]:
+    def describe_instances(self, instance_ids: list[str]) -> list[dict[str, Any]]:
         """The instances (flattened out of their reservations)."""
         out = _wrap("ec2:DescribeInstances", ",".join(instance_ids), self._client("ec2").describe_instances,
                     InstanceIds=list(instance_ids))
         return [i for r in out.get("Reservations", []) for i in r.get("Instances", [])]
 
-    def describe_images(self, image_ids: list[str]) -> list[dict]:
+    def describe_images(self, image_ids: list[str]) -> list[dict[str, Any]]:
         """The AMIs (Name, Description, ...) by id."""
         out = _wrap("ec2:DescribeImages", ",".join(image_ids), self._client("ec2").describe_images,
                     ImageIds=list(image_ids))
         return list(out.get("Images", []))
 
     # -- EKS ---------------------------------------------------------------------------------------------------
-    def describe_cluster(self, name: str) -> dict:
+    def describe_cluster(self, name: str) -> dict[str, Any]:
         """eks:DescribeCluster: the `cluster` dict (version, platformVersion, upgradePolicy, ...)."""
         out = _wrap("eks:DescribeCluster", name, self._client("eks").describe_cluster, name=name)
         return dict(out.get("cluster") or {})
 
-    def describe_cluster_versions(self, versions: list[str]) -> list[dict]:
+    def describe_cluster_versions(self, versions: list[str]) -> list[dict[str, Any]]:
         """eks:DescribeClusterVersions for the given minors (`["1.35"]`): the `clusterVersions` list (release and
         end-of-support dates per minor). An SDK or endpoint without the operation raises AwsError naming it."""
         action, resource = "eks:DescribeClusterVersions", ",".join(versions)
@@ -141,7 +149,7 @@ class Aws:
         return _wrap("sqs:SendMessage", queue_url, self._client("sqs").send_message, **kwargs)["MessageId"]
 
     def receive_messages(self, queue_url: str, *, attribute_names: list[str], max_messages: int = 10,
-                         visibility_timeout_s: int = 5, wait_s: int = 1) -> list[dict]:
+                         visibility_timeout_s: int = 5, wait_s: int = 1) -> list[dict[str, Any]]:
         """sqs:ReceiveMessage asking for the named message attributes."""
         out = _wrap("sqs:ReceiveMessage", queue_url, self._client("sqs").receive_message, QueueUrl=queue_url,
                     MaxNumberOfMessages=max_messages, VisibilityTimeout=visibility_timeout_s,
@@ -174,14 +182,14 @@ class Aws:
         _wrap("s3:DeleteObject", f"s3://{bucket}/{key}", self._client("s3").delete_object, Bucket=bucket, Key=key)
 
     # -- IAM (reads only: the scaler-iam check evaluates a role's policies itself) -------------------------------
-    def get_role(self, role_name: str) -> dict:
+    def get_role(self, role_name: str) -> dict[str, Any]:
         """iam:GetRole: the `Role` dict (Arn, AssumeRolePolicyDocument as a dict, PermissionsBoundary, ...)."""
         out = _wrap("iam:GetRole", role_name, self._client("iam").get_role, RoleName=role_name)
         role = dict(out.get("Role") or {})
         role["AssumeRolePolicyDocument"] = policy_json(role.get("AssumeRolePolicyDocument"))
         return role
 
-    def managed_policy_document(self, policy_arn: str) -> dict:
+    def managed_policy_document(self, policy_arn: str) -> dict[str, Any]:
         """iam:GetPolicy + iam:GetPolicyVersion: the default version's document of a managed policy."""
         iam = self._client("iam")
         version = _wrap("iam:GetPolicy", policy_arn, iam.get_policy, PolicyArn=policy_arn)["Policy"]["DefaultVersionId"]
@@ -189,7 +197,7 @@ class Aws:
                     VersionId=version)
         return policy_json(out["PolicyVersion"].get("Document"))
 
-    def role_policy_documents(self, role_name: str) -> list[tuple[str, dict]]:
+    def role_policy_documents(self, role_name: str) -> list[tuple[str, dict[str, Any]]]:
         """(where, document) of every identity policy of a role: its inline policies (iam:ListRolePolicies,
         iam:GetRolePolicy) and its attached managed policies (iam:ListAttachedRolePolicies, the default version)."""
         iam = self._client("iam")
@@ -222,7 +230,7 @@ class Aws:
         return None
 
 
-def policy_json(doc: Any) -> dict:
+def policy_json(doc: Any) -> dict[str, Any]:
     """An IAM policy document as a dict (boto3 decodes them; a URL-encoded JSON string is decoded here)."""
     if isinstance(doc, dict):
         return doc

@@ -25,7 +25,7 @@ class Prediction:
     """'scaledjob' or 'consumer' (the one the stack runs)."""
     items: int
     """Probes in the burst."""
-    stages: dict
+    stages: dict[str, Any]
     """Stage name -> seconds the planner used (STAGES)."""
     time_to_first_result_s: float
     """Predicted sent -> first result, seconds (warm floor applied when the burst falls in its window)."""

@@ -6,14 +6,13 @@ import io
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from ..spec.verify_admission import PROBE_FOLDER
 
 BURST_ATTRIBUTE = "gpuburst-verify-burst"
 """String message attribute on every burst probe (value: the run's id). Not keda.PROBE_ATTRIBUTE: the worker
 deletes a message carrying that one unprocessed, and a burst probe must be processed like real work."""
-
-
-PROBE_FOLDER = "gpuburst-verify/"
-"""Folder under the slides prefix and the results prefix where probe slides and their results go."""
 
 
 PROBE_SIDE_PX = 1024
@@ -117,7 +116,7 @@ def make_probes(run_id: str, n: int, *, slides_bucket: str, slides_prefix: str, 
                   output) for i in range(n)]
 
 
-def is_burst_probe(message: dict, run_id: str) -> bool:
+def is_burst_probe(message: dict[str, Any], run_id: str) -> bool:
     """True when a received SQS message is one of this run's probes (by its message attribute)."""
     attr = (message.get("MessageAttributes") or {}).get(BURST_ATTRIBUTE) or {}
     return attr.get("StringValue") == run_id
@@ -131,5 +130,5 @@ class ProbeResult:
     """The probe's slide_id."""
     written_at: datetime | None = None
     """S3 LastModified of its result summary; None = no summary. Default None."""
-    summary: dict | None = None
+    summary: dict[str, Any] | None = None
     """The summary JSON (with `stages_s`); None = none. Default None."""

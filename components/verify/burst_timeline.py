@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from .burst_probes import ProbeResult
 from .model import condition, name_of, parse_time
@@ -85,7 +86,7 @@ class PodTimes:
 class Timeline:
     """The burst as measured: each planner stage's seconds and the times to the first and last result."""
 
-    stages: dict
+    stages: dict[str, Any]
     """Stage name (STAGES) -> seconds, or None when not measured (a warm node has no node stages)."""
     time_to_first_result_s: float | None
     """Sent -> first result summary, seconds; None = no result."""
@@ -95,13 +96,13 @@ class Timeline:
     """Probes sent."""
     results: int
     """Probes with a result summary."""
-    nodes: tuple = ()
+    nodes: tuple[Any, ...] = ()
     """NodeTimes of the nodes the probe pods ran on (and burst NodeClaims without a node yet)."""
-    pods: tuple = ()
+    pods: tuple[Any, ...] = ()
     """PodTimes of the probe pods."""
-    notes: tuple = ()
+    notes: tuple[Any, ...] = ()
     """Facts worth printing ("warm node ...", "image already present on machine")."""
-    problems: tuple = ()
+    problems: tuple[Any, ...] = ()
     """What went missing (no Job, a pod never scheduled, a NodeClaim never registered, a probe without result)."""
     warm_node: bool = False
     """True when no probe pod ran on a node launched for the burst."""
@@ -153,7 +154,7 @@ def _event_time(ev: dict, first: bool) -> datetime | None:
     return _created(ev)
 
 
-def pods_of(jobs: Iterable[dict], pods: Iterable[dict]) -> list[dict]:
+def pods_of(jobs: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pods of these Jobs (label job-name / batch.kubernetes.io/job-name, or an ownerReference to the Job)."""
     names = {name_of(j) for j in jobs}
     uids = {(j.get("metadata") or {}).get("uid") for j in jobs} - {None}
@@ -213,8 +214,9 @@ def _max(values: Iterable[float | None]) -> float | None:
     return max(nums) if nums else None
 
 
-def measured_timeline(sent_at: datetime, jobs: list[dict], pods: list[dict], nodeclaims: list[dict],
-                      events: list[dict], results: list[ProbeResult], *, probes: int | None = None,
+def measured_timeline(sent_at: datetime, jobs: list[dict[str, Any]], pods: list[dict[str, Any]],
+                      nodeclaims: list[dict[str, Any]],
+                      events: list[dict[str, Any]], results: list[ProbeResult], *, probes: int | None = None,
                       waited_s: float | None = None, preexisting_nodeclaims: Iterable[str] | None = None,
                       pattern: str = "scaledjob") -> Timeline:
     """The burst's measured timeline from recorded API objects (pure; see the module docstring for the mapping).

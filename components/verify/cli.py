@@ -280,7 +280,7 @@ def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None, *, clock: Clock | None = None, aws_factory: Callable | None = None,
+def main(argv: list[str] | None = None, *, clock: Clock | None = None, aws_factory: Callable[..., Any] | None = None,
          kube: Any = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run verify; returns the exit status. `clock`, `aws_factory` and `kube` are for tests."""
     stdout = stdout or sys.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from .. import catalogue
 from ..spec.names import GPU_RESOURCE, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
@@ -33,7 +34,7 @@ class NodeVerdict:
     that differs from the catalogue's."""
 
 
-def allocatable_gpus(node: dict) -> int:
+def allocatable_gpus(node: dict[str, Any]) -> int:
     """`status.allocatable["nvidia.com/gpu"]` as an int (0 when absent or not a whole number)."""
     raw = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
     try:
@@ -42,7 +43,7 @@ def allocatable_gpus(node: dict) -> int:
         return 0
 
 
-def capacity_gpus(node: dict) -> int:
+def capacity_gpus(node: dict[str, Any]) -> int:
     """`status.capacity["nvidia.com/gpu"]` as an int (quoted as evidence only)."""
     raw = ((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE)
     try:
@@ -51,7 +52,7 @@ def capacity_gpus(node: dict) -> int:
         return 0
 
 
-def is_device_plugin_pod(pod: dict) -> bool:
+def is_device_plugin_pod(pod: dict[str, Any]) -> bool:
     """A pod of the NVIDIA device plugin DaemonSet (by its chart's name label, else by its name)."""
     labels = labels_of(pod)
     if labels.get("app.kubernetes.io/name") == DEVICE_PLUGIN_NAME:
@@ -59,7 +60,7 @@ def is_device_plugin_pod(pod: dict) -> bool:
     return name_of(pod).startswith(DEVICE_PLUGIN_NAME)
 
 
-def device_plugin_on(node_name: str, pods: list[dict]) -> tuple[bool, str]:
+def device_plugin_on(node_name: str, pods: list[dict[str, Any]]) -> tuple[bool, str]:
     """(running and ready, description) of the device-plugin pod scheduled on the node."""
     mine = [p for p in pods if (p.get("spec") or {}).get("nodeName") == node_name and is_device_plugin_pod(p)]
     if not mine:
@@ -77,7 +78,7 @@ def device_plugin_on(node_name: str, pods: list[dict]) -> tuple[bool, str]:
         f" ({', '.join(waiting)})" if waiting else ", not ready")
 
 
-def judge_node(node: dict, pods: list[dict], now: datetime, grace_s: float) -> NodeVerdict:
+def judge_node(node: dict[str, Any], pods: list[dict[str, Any]], now: datetime, grace_s: float) -> NodeVerdict:
     """ok when allocatable GPUs equal the catalogue's count for the instance type (> 0 for a type it does not know)
     and the device-plugin pod runs; else pending while younger than grace_s."""
     name = name_of(node)
@@ -105,7 +106,8 @@ def judge_node(node: dict, pods: list[dict], now: datetime, grace_s: float) -> N
     return NodeVerdict(name, "bad", line, short)
 
 
-def judge_gpu_allocatable(nodepool_name: str, nodepool: dict | None, nodes: list[dict], pods: list[dict],
+def judge_gpu_allocatable(nodepool_name: str, nodepool: dict[str, Any] | None, nodes: list[dict[str, Any]],
+                          pods: list[dict[str, Any]],
                           now: datetime, grace_s: float, *, final: bool = True,
                           notes: list[str] | None = None) -> tuple[CheckResult, list[NodeVerdict]]:
     """The check's verdict over the NodePool's nodes and the cluster's pods.

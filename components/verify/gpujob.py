@@ -20,6 +20,7 @@ from ..spec.names import (
     NODEPOOL_LABEL,
     WORKER_UID,
 )
+from ..spec.verify_admission import GPU_PROBE_COMMAND, GPU_PROBE_ENV
 from .context import Context, blocked_result
 from .gpu import allocatable_gpus
 from .model import FAIL, PASS, CheckResult, age_s, condition, fmt_age, name_of
@@ -27,7 +28,8 @@ from .model import FAIL, PASS, CheckResult, age_s, condition, fmt_age, name_of
 NAME = "gpu-job"
 MANAGED_BY = "gpuburst-verify"
 """Value of `app.kubernetes.io/managed-by` on everything verify creates (find leftovers with this label)."""
-NVIDIA_SMI = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+NVIDIA_SMI = list(GPU_PROBE_COMMAND)
+"""The probe's command: spec/verify_admission.py owns it (its admission rule admits only that command)."""
 _UNRECOVERABLE = ("InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull", "CreateContainerError")
 _NOMINATED = re.compile(r"\b(?P<kind>node|nodeclaim)/(?P<name>[a-z0-9][a-z0-9.-]*)")
 """`Pod should schedule on: nodeclaim/gpu-x7k2p, node/ip-10-0-12-34.ec2.internal` (Karpenter's Nominated event)."""
@@ -73,7 +75,7 @@ def build_gpu_job(name: str, namespace: str, image: str, *, nodepool: str, deadl
                         "imagePullPolicy": "IfNotPresent",
                         "command": list(NVIDIA_SMI),
                         # The NVIDIA runtime mounts nvidia-smi only when the utility capability is asked for.
-                        "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
+                        "env": [{"name": n, "value": v} for n, v in GPU_PROBE_ENV],
                         "resources": {
                             "requests": {"cpu": "100m", "memory": "128Mi", GPU_RESOURCE: "1"},
                             "limits": {"cpu": "500m", "memory": "256Mi", GPU_RESOURCE: "1"},
@@ -102,7 +104,7 @@ def parse_nvidia_smi(text: str) -> list[dict[str, str]]:
     return gpus
 
 
-def job_finished(job: dict | None) -> str | None:
+def job_finished(job: dict[str, Any] | None) -> str | None:
     """`Complete` or `Failed` once the Job has finished, else None."""
     for t in ("Complete", "Failed"):
         c = condition(job or {}, t)
@@ -111,7 +113,7 @@ def job_finished(job: dict | None) -> str | None:
     return None
 
 
-def pod_problem(pod: dict) -> str | None:
+def pod_problem(pod: dict[str, Any]) -> str | None:
     """A container state that will not recover by waiting (bad image name, bad config), or None."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting") or {}
@@ -120,7 +122,7 @@ def pod_problem(pod: dict) -> str | None:
     return None
 
 
-def describe_pod(pod: dict, events: list[dict]) -> list[str]:
+def describe_pod(pod: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
     """Evidence lines about the probe pod: phase, node, container states, and its Warning events."""
     st = pod.get("status") or {}
     node = (pod.get("spec") or {}).get("nodeName")
@@ -157,7 +159,8 @@ def model_problem(gpus: list[dict[str, str]], itype: str | None) -> str | None:
     return None
 
 
-def target_without_gpu(pods: list[dict], events: list[dict], nodes: list[dict], nodeclaims: list[dict],
+def target_without_gpu(pods: list[dict[str, Any]], events: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                       nodeclaims: list[dict[str, Any]],
                        now: datetime, grace_s: float) -> str | None:
     """The node an unscheduled probe pod waits for (Karpenter's Nominated event, or the pod's nominatedNodeName),
     when it is Ready, older than grace_s and reports 0 `nvidia.com/gpu` allocatable: the pod can never schedule
@@ -189,8 +192,9 @@ def target_without_gpu(pods: list[dict], events: list[dict], nodes: list[dict], 
     return None
 
 
-def judge_gpu_job(job: dict | None, pods: list[dict], log: str, events: list[dict], *, waited_s: float,
-                  deadline_s: float, node: dict | None = None, no_gpu: str | None = None) -> CheckResult:
+def judge_gpu_job(job: dict[str, Any] | None, pods: list[dict[str, Any]], log: str, events: list[dict[str, Any]], *,
+                  waited_s: float,
+                  deadline_s: float, node: dict[str, Any] | None = None, no_gpu: str | None = None) -> CheckResult:
     """The verdict from the Job's status, its pod(s), the pod's log and its events.
 
     Pass: the Job completed and its log names at least one GPU. Anything else fails with what the pod went through

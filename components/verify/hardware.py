@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..spec.names import INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from ..spec.quantity import parse_quantity
@@ -44,7 +45,7 @@ class AmiKind:
     """Architecture / Kubernetes minor / build, for evidence."""
 
 
-def ami_kind(image: dict) -> AmiKind:
+def ami_kind(image: dict[str, Any]) -> AmiKind:
     """Family and variant of an EC2 image from its Name (the Description is consulted when the name is unknown)."""
     name = image.get("Name") or ""
     m = _AL2023.match(name)
@@ -62,7 +63,7 @@ def ami_kind(image: dict) -> AmiKind:
     return AmiKind("unknown", variant, f"description {image.get('Description')!r}")
 
 
-def expected_family(nodeclass: dict | None) -> str:
+def expected_family(nodeclass: dict[str, Any] | None) -> str:
     """The AMI family the EC2NodeClass selects: the alias's family (`al2023@latest` -> al2023), else al2023."""
     spec = (nodeclass or {}).get("spec") or {}
     for term in spec.get("amiSelectorTerms") or []:
@@ -82,7 +83,7 @@ def expected_variant(labels: dict[str, str]) -> str | None:
     return None
 
 
-def instance_id(node: dict) -> str | None:
+def instance_id(node: dict[str, Any]) -> str | None:
     """The EC2 instance id from spec.providerID (`aws:///us-east-1a/i-0abc...`)."""
     m = _PROVIDER_ID.match((node.get("spec") or {}).get("providerID") or "")
     return m["id"] if m else None
@@ -95,7 +96,7 @@ def _as_int(text: str) -> int | None:
         return None
 
 
-def requirement_problem(req: dict, labels: dict[str, str]) -> str | None:
+def requirement_problem(req: dict[str, Any], labels: dict[str, str]) -> str | None:
     """Why the node's labels break one NodePool requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte),
     or None. Like Kubernetes node affinity, NotIn and DoesNotExist hold when the label is absent."""
     key, op, values = req.get("key", ""), req.get("operator", ""), [str(v) for v in req.get("values") or []]
@@ -120,7 +121,7 @@ def requirement_problem(req: dict, labels: dict[str, str]) -> str | None:
     return f"unknown operator {op!r} on {key}"
 
 
-def admission_problems(nodepool: dict | None, labels: dict[str, str]) -> list[str]:
+def admission_problems(nodepool: dict[str, Any] | None, labels: dict[str, str]) -> list[str]:
     """Every NodePool requirement (spec.template.spec.requirements) the node's labels break."""
     reqs = ((((nodepool or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("requirements") or []
     return [p for p in (requirement_problem(r, labels) for r in reqs) if p]
@@ -133,7 +134,7 @@ def _broken_keys(nodepool: dict | None, labels: dict[str, str]) -> list[str]:
             for r in reqs if requirement_problem(r, labels)]
 
 
-def instance_store_problem(nodeclass: dict | None, node: dict) -> tuple[str | None, str | None]:
+def instance_store_problem(nodeclass: dict[str, Any] | None, node: dict[str, Any]) -> tuple[str | None, str | None]:
     """(problem, evidence) of a node whose EC2NodeClass asks for `instanceStorePolicy: RAID0`: its ephemeral-storage
     capacity (what kubelet's filesystem really is) must be the local NVMe, not the root volume. (None, None) when the
     node class does not ask for it; no problem for a type without NVMe (Karpenter keeps the root volume there)."""
@@ -159,8 +160,9 @@ def instance_store_problem(nodeclass: dict | None, node: dict) -> tuple[str | No
     return None, f"ephemeral storage {have:.0f} GiB on the NVMe RAID0 ({nvme_gb:.0f} GB)"
 
 
-def judge_hardware(nodepool_name: str, nodepool: dict | None, nodeclass: dict | None, nodes: list[dict],
-                   instances: dict[str, dict], images: dict[str, dict], *,
+def judge_hardware(nodepool_name: str, nodepool: dict[str, Any] | None, nodeclass: dict[str, Any] | None,
+                   nodes: list[dict[str, Any]],
+                   instances: dict[str, dict[str, Any]], images: dict[str, dict[str, Any]], *,
                    lookup_errors: list[str] | None = None) -> CheckResult:
     """The check's verdict: per node, the NodePool admits its labels, and its image is the expected family and variant.
 

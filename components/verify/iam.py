@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
+from ..spec.verify_admission import PROBE_FOLDER, PROBE_OBJECT_SUFFIX
 from .context import Context
 from .model import FAIL, PASS, CheckResult, Workload
 
 NAME = "worker-iam"
-PROBE_FOLDER = "gpuburst-verify/"
-"""Folder (under the results prefix) where the test object goes: `<prefix>gpuburst-verify/<uuid>.txt`."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ def probe_key(prefix: str, probe_id: str) -> str:
     prefix = prefix or ""
     if prefix and not prefix.endswith("/"):
         prefix += "/"
-    return f"{prefix}{PROBE_FOLDER}{probe_id}.txt"
+    # The folder and suffix are the admission rule's and the verify role's S3 scope (`.../gpuburst-verify/*.txt`).
+    return f"{prefix}{PROBE_FOLDER}{probe_id}{PROBE_OBJECT_SUFFIX}"
 
 
 def judge_worker_iam(steps_by_workload: dict[str, list[Step]]) -> CheckResult:
@@ -71,7 +72,7 @@ def judge_worker_iam(steps_by_workload: dict[str, list[Step]]) -> CheckResult:
                                    "proves the Pod Identity wiring)", evidence)
 
 
-def exercise(workload: Workload, bucket: str | None, prefix: str, base, *, in_pod: bool) -> list[Step]:
+def exercise(workload: Workload, bucket: str | None, prefix: str, base: Any, *, in_pod: bool) -> list[Step]:
     """Make the calls as the workload's worker and record each; `base` is an Aws of the caller's identity."""
     from .aws import AwsError
 

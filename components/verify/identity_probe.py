@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..spec.names import WORKER_LABEL, WORKER_UID
+from ..spec.verify_admission import IDENTITY_PROBE_SCRIPT as PROBE_SCRIPT  # one source: the admission rule's
 from .context import Context, one_line
 from .gpujob import job_finished, pod_problem
 from .iam import probe_key
@@ -34,52 +35,16 @@ START_TIMEOUT_S = 300.0
 """Longest wait for the probe Job to finish (image pull on a CPU node included), unless --timeout-s is shorter."""
 REQUIRED_CALLS = ("s3:PutObject", "s3:GetObject", "sqs:GetQueueAttributes")
 """Calls that must succeed; `s3:DeleteObject` (the worker may lack it) and `sts:GetCallerIdentity` are reported."""
-PROBE_RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}
+PROBE_RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "50m", "memory": "128Mi"},
+                                              "limits": {"cpu": "500m", "memory": "256Mi"}}
 """The probe's own small resources: the worker's requests (GPU, tens of GiB) would need a GPU node for four calls."""
 
-DEFAULT_POD_SC = {"runAsNonRoot": True, "runAsUser": WORKER_UID, "runAsGroup": WORKER_UID,
+DEFAULT_POD_SC: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": WORKER_UID, "runAsGroup": WORKER_UID,
                   "seccompProfile": {"type": "RuntimeDefault"}}
-DEFAULT_CONTAINER_SC = {"runAsNonRoot": True, "runAsUser": WORKER_UID, "runAsGroup": WORKER_UID,
+DEFAULT_CONTAINER_SC: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": WORKER_UID, "runAsGroup": WORKER_UID,
                         "allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": True,
                         "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
 """The probe's securityContexts when the workload's pod template sets none (the gpu-job's)."""
-
-PROBE_SCRIPT = r"""
-import json, sys, uuid
-bucket, key, queue_url, region = sys.argv[1:5]
-def out(call, resource, fn):
-    try:
-        fn()
-        print(json.dumps({"call": call, "resource": resource, "ok": True}), flush=True)
-    except Exception as e:
-        code = getattr(e, "response", {}).get("Error", {}).get("Code") or type(e).__name__
-        print(json.dumps({"call": call, "resource": resource, "ok": False, "code": code,
-                          "message": " ".join(str(e).split())[:300]}), flush=True)
-try:
-    import boto3
-except Exception as e:
-    print(json.dumps({"call": "import boto3", "resource": "", "ok": False, "code": type(e).__name__}), flush=True)
-    sys.exit(3)
-kw = {"region_name": region} if region else {}
-who = {}
-out("sts:GetCallerIdentity", "", lambda: who.update(boto3.client("sts", **kw).get_caller_identity()))
-if who.get("Arn"):
-    print(json.dumps({"identity": who["Arn"]}), flush=True)
-s3 = boto3.client("s3", **kw)
-uri = "s3://%s/%s" % (bucket, key)
-body = ("gpuburst verify workload-identity probe " + key).encode()
-if bucket:
-    out("s3:PutObject", uri, lambda: s3.put_object(Bucket=bucket, Key=key, Body=body))
-    def get():
-        if s3.get_object(Bucket=bucket, Key=key)["Body"].read() != body:
-            raise ValueError("read back different bytes than were written")
-    out("s3:GetObject", uri, get)
-    out("s3:DeleteObject", uri, lambda: s3.delete_object(Bucket=bucket, Key=key))
-out("sqs:GetQueueAttributes", queue_url, lambda: boto3.client("sqs", **kw).get_queue_attributes(
-    QueueUrl=queue_url, AttributeNames=["QueueArn"]))
-print(json.dumps({"done": True}), flush=True)
-"""
-"""The probe, run as `python -c PROBE_SCRIPT BUCKET KEY QUEUE_URL REGION` (argv, so nothing is interpolated)."""
 
 
 @dataclass
@@ -93,11 +58,11 @@ class Target:
     service_account: str
     """The pod template's serviceAccountName (`default` when unset)."""
     image: str
-    container: dict = field(default_factory=dict)
+    container: dict[str, Any] = field(default_factory=dict)
     """The worker container of the pod template."""
-    pod_spec: dict = field(default_factory=dict)
+    pod_spec: dict[str, Any] = field(default_factory=dict)
     """The pod template's spec."""
-    pod_labels: dict = field(default_factory=dict)
+    pod_labels: dict[str, Any] = field(default_factory=dict)
     """The pod template's labels (the worker NetworkPolicy selects them: the probe needs the same egress)."""
 
     @property
@@ -123,7 +88,7 @@ def _target(kind: str, obj: dict, template: dict) -> Target | None:
                                                                       or {}))
 
 
-def live_targets(scaled_jobs: list[dict], deployments: list[dict]) -> list[Target]:
+def live_targets(scaled_jobs: list[dict[str, Any]], deployments: list[dict[str, Any]]) -> list[Target]:
     """The workloads as the cluster runs them: each ScaledJob's jobTargetRef template, each worker Deployment's."""
     out = []
     for sj in scaled_jobs:
@@ -192,7 +157,7 @@ def build_probe_job(name: str, t: Target, *, bucket: str, key: str, queue_url: s
     }
 
 
-def parse_probe_log(text: str) -> tuple[list[dict], str | None, bool]:
+def parse_probe_log(text: str) -> tuple[list[dict[str, Any]], str | None, bool]:
     """(the call lines, the identity ARN it ran as, whether the script reached its end) from the probe's log."""
     calls: list[dict] = []
     identity: str | None = None
@@ -225,7 +190,7 @@ class Outcome:
     evidence: list[str] = field(default_factory=list)
 
 
-def judge_probe(t: Target, job_name_: str, calls: list[dict], identity: str | None, done: bool,
+def judge_probe(t: Target, job_name_: str, calls: list[dict[str, Any]], identity: str | None, done: bool,
                 finished: str | None, log: str) -> Outcome:
     """Pass when every required call succeeded; fail naming the first failed call and its code; error when the
     script printed no judgeable lines (it could not run)."""

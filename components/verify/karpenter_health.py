@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from .. import catalogue
 from .context import Context
@@ -107,7 +108,7 @@ def group_errors(errors: list[LogError]) -> list[ErrorGroup]:
     return sorted(groups.values(), key=lambda g: -len(g.lines))
 
 
-def pod_started(pod: dict) -> datetime | None:
+def pod_started(pod: dict[str, Any]) -> datetime | None:
     """When the controller container last started (its running state), else the pod's startTime."""
     st = pod.get("status") or {}
     starts = [parse_time(((c.get("state") or {}).get("running") or {}).get("startedAt"))
@@ -120,7 +121,7 @@ def _quote(line: str, limit: int = QUOTE_CHARS) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-def instance_of(nodeclaim: dict) -> str | None:
+def instance_of(nodeclaim: dict[str, Any]) -> str | None:
     """The EC2 instance of a NodeClaim from its status.providerID (`aws:///us-east-1a/i-0abc…` -> `i-0abc…`; another
     provider's id as it is), None before the launch."""
     provider_id = (nodeclaim.get("status") or {}).get("providerID") or ""
@@ -128,7 +129,7 @@ def instance_of(nodeclaim: dict) -> str | None:
     return (last if last.startswith("i-") else provider_id) or None
 
 
-def missing_step(nodeclaim: dict) -> tuple[str, dict] | None:
+def missing_step(nodeclaim: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """The first of Launched, Registered, Initialized that is not True, with its condition ({} when absent)."""
     for step in NODECLAIM_STEPS:
         c = condition(nodeclaim, step) or {}
@@ -163,7 +164,7 @@ class StuckNodeClaim:
         return f"{self.name} ({self.instance or 'no instance'}, never {self.step}: {self.reason})"
 
 
-def stuck_nodeclaims(nodeclaims: list[dict], events: list[dict], now: datetime,
+def stuck_nodeclaims(nodeclaims: list[dict[str, Any]], events: list[dict[str, Any]], now: datetime,
                      bound_s: float) -> tuple[list[StuckNodeClaim], list[str], list[str]]:
     """(stuck NodeClaims, their evidence lines, the other NodeClaims' lines): NodeClaims older than bound_s without
     `Initialized=True`, each line with its instance, its conditions (status, reason, message) and its events'
@@ -210,8 +211,9 @@ def _read_evidence(namespace: str, pname: str, reading: LogReading, start: datet
     return lines
 
 
-def judge_karpenter_health(namespace: str, pods: list[dict], logs: dict[str, str], nodeclaims: list[dict],
-                           events: list[dict], now: datetime, *, since: datetime | None = None,
+def judge_karpenter_health(namespace: str, pods: list[dict[str, Any]], logs: dict[str, str],
+                           nodeclaims: list[dict[str, Any]],
+                           events: list[dict[str, Any]], now: datetime, *, since: datetime | None = None,
                            bound_s: float = NODECLAIM_INITIALIZED_WITHIN_S) -> CheckResult:
     """The verdict from the controller pods, their logs (pod name -> text), the NodeClaims and their events.
 

@@ -22,6 +22,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from .model import parse_time
 
@@ -30,8 +31,9 @@ LEVELS = ("DEBUG", "INFO", "WARN", "ERROR", "DPANIC", "PANIC", "FATAL")
 case; the color ones wrap them in ANSI escapes)."""
 ERROR_LEVELS = ("ERROR", "DPANIC", "PANIC", "FATAL")
 """Levels that count as an ERROR line."""
-JSON_KEYS = {"level": ("level", "L", "lvl"), "time": ("time", "ts", "T"), "message": ("message", "msg", "M"),
-             "logger": ("logger", "N", "name"), "caller": ("caller", "C")}
+JSON_KEYS: dict[str, tuple[str, ...]] = {"level": ("level", "L", "lvl"), "time": ("time", "ts", "T"),
+                                         "message": ("message", "msg", "M"), "logger": ("logger", "N", "name"),
+                                         "caller": ("caller", "C")}
 """Keys of each entry field in a JSON line: Karpenter's (first), then zap's production and development defaults."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _EPOCH = re.compile(r"\d+(?:\.\d+)?(?:e\+?\d+)?", re.IGNORECASE)
@@ -56,7 +58,7 @@ class LogEntry:
     """The message (`Reconciler error`)."""
     time_text: str = ""
     """The time as written (`2026-11-02T09:45:30.100Z`), for quoting. Default ''."""
-    fields: dict = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
     """Everything else: the JSON line's other keys, or the console line's trailing JSON context; plus `logger` and
     `caller` when the console line has those columns. Default {}."""
 

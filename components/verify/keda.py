@@ -39,7 +39,7 @@ def image_tag(image: str) -> str | None:
     return last.split(":", 1)[1] if ":" in last else None
 
 
-def workload_versions(obj: dict, chart: str) -> dict[str, str]:
+def workload_versions(obj: dict[str, Any], chart: str) -> dict[str, str]:
     """Every version a Deployment/DaemonSet/CRD states about itself, keyed by where it was read.
 
     Sources: the `helm.sh/chart` label (`<chart>-<version>`), `app.kubernetes.io/version`, and each container
@@ -92,7 +92,7 @@ def to_jsonschema(schema: Any) -> Any:
     return out
 
 
-def served_schema(crd: dict, version: str) -> dict | None:
+def served_schema(crd: dict[str, Any], version: str) -> dict[str, Any] | None:
     """The openAPIV3Schema of the CRD version named `version` when it is served, else None."""
     for v in ((crd.get("spec") or {}).get("versions") or []):
         if v.get("name") == version and v.get("served"):
@@ -100,12 +100,12 @@ def served_schema(crd: dict, version: str) -> dict | None:
     return None
 
 
-def served_versions(crd: dict) -> list[str]:
+def served_versions(crd: dict[str, Any]) -> list[str]:
     """Names of the versions the CRD serves."""
     return [v.get("name") for v in ((crd.get("spec") or {}).get("versions") or []) if v.get("served")]
 
 
-def schema_errors(obj: dict, schema: dict) -> list[str]:
+def schema_errors(obj: dict[str, Any], schema: dict[str, Any]) -> list[str]:
     """Every place `obj` breaks `schema`, as `path: message` (sorted, one line each)."""
     from jsonschema import Draft4Validator  # OpenAPI v3 schemas are JSON Schema draft 4 plus extensions
 
@@ -117,7 +117,7 @@ def schema_errors(obj: dict, schema: dict) -> list[str]:
     return sorted(out)
 
 
-def provider_enum(schema: dict) -> list[str] | None:
+def provider_enum(schema: dict[str, Any]) -> list[str] | None:
     """The `spec.podIdentity.provider` enum of a TriggerAuthentication schema, or None when it has none."""
     node = schema
     for key in ("spec", "podIdentity", "provider"):
@@ -125,7 +125,8 @@ def provider_enum(schema: dict) -> list[str] | None:
     return list(node["enum"]) if node and "enum" in node else None
 
 
-def judge_trigger_authentication(ta: dict, crd: dict | None, keda_version: str) -> tuple[list[str], list[str]]:
+def judge_trigger_authentication(ta: dict[str, Any], crd: dict[str, Any] | None,
+                                 keda_version: str) -> tuple[list[str], list[str]]:
     """(problems, evidence) for one (Cluster)TriggerAuthentication: the live CRD's schema, then the catalogue's
     view of its podIdentity.provider for the running KEDA version. Both are reported, because the live enum can
     still accept a provider the stack refuses (`aws-eks` is in KEDA 2.20's enum but deprecated)."""
@@ -166,7 +167,7 @@ def judge_trigger_authentication(ta: dict, crd: dict | None, keda_version: str) 
     return problems, evidence
 
 
-def event_time(ev: dict) -> datetime | None:
+def event_time(ev: dict[str, Any]) -> datetime | None:
     """When an Event last happened (series, lastTimestamp, eventTime, creationTimestamp, in that order)."""
     for text in (((ev.get("series") or {}).get("lastObservedTime")), ev.get("lastTimestamp"), ev.get("eventTime"),
                  (ev.get("metadata") or {}).get("creationTimestamp")):
@@ -176,7 +177,8 @@ def event_time(ev: dict) -> datetime | None:
     return None
 
 
-def recent_warnings(events: list[dict], kind: str, name: str, now: datetime, window_s: float) -> list[dict]:
+def recent_warnings(events: list[dict[str, Any]], kind: str, name: str, now: datetime,
+                    window_s: float) -> list[dict[str, Any]]:
     """Warning events about `kind`/`name` that last happened within `window_s` of `now`."""
     out = []
     for ev in events:
@@ -203,7 +205,8 @@ def operator_errors(log_text: str, namespace: str, name: str) -> list[str]:
     return out
 
 
-def scaledjob_problems(sj: dict, warnings: list[dict], operator_lines: list[str], auth_names: set[str],
+def scaledjob_problems(sj: dict[str, Any], warnings: list[dict[str, Any]], operator_lines: list[str],
+                       auth_names: set[str],
                        cluster_auth_names: set[str]) -> tuple[list[str], list[str]]:
     """(problems, evidence) for one ScaledJob from its conditions, its recent Warning events, the operator's error
     lines about it, and whether its triggers' authenticationRefs exist."""
@@ -247,8 +250,9 @@ def scaledjob_problems(sj: dict, warnings: list[dict], operator_lines: list[str]
     return problems, evidence
 
 
-def judge_keda_static(operator: list[dict], ta_crd: dict | None, cta_crd: dict | None, tas: list[dict],
-                      ctas: list[dict], scaled_jobs: list[dict], events: list[dict], operator_log: str,
+def judge_keda_static(operator: list[dict[str, Any]], ta_crd: dict[str, Any] | None, cta_crd: dict[str, Any] | None,
+                      tas: list[dict[str, Any]], ctas: list[dict[str, Any]], scaled_jobs: list[dict[str, Any]],
+                      events: list[dict[str, Any]], operator_log: str,
                       now: datetime, window_s: float, namespace: str) -> tuple[str | None, list[str], list[str],
                                                                                  dict[str, list[str]]]:
     """Everything but the probe: (KEDA version, problems, evidence, problems per ScaledJob name)."""

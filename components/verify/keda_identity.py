@@ -2,6 +2,8 @@
 identity its TriggerAuthentication really makes the running KEDA use."""
 from __future__ import annotations
 
+from typing import Any
+
 from .. import catalogue
 from .model import name_of, ns_name
 
@@ -19,7 +21,7 @@ DEFAULT_OWNER = catalogue.KEDA_IDENTITY_OWNERS[0]
 """podIdentity.identityOwner when a provider-`aws` TriggerAuthentication sets neither it nor roleArn (`keda`)."""
 
 
-def identity_in_force(ta: dict) -> str | None:
+def identity_in_force(ta: dict[str, Any]) -> str | None:
     """Whose identity a provider-`aws` TriggerAuthentication makes KEDA use: `role <arn>`, `keda` or `workload`;
     None for any other provider (the trigger's identityOwner may still mean something there)."""
     pod_identity = (ta.get("spec") or {}).get("podIdentity") or {}
@@ -30,7 +32,7 @@ def identity_in_force(ta: dict) -> str | None:
     return str(pod_identity.get("identityOwner") or DEFAULT_OWNER)
 
 
-def identity_owner_problems(scaled_jobs: list[dict], tas: list[dict], ctas: list[dict],
+def identity_owner_problems(scaled_jobs: list[dict[str, Any]], tas: list[dict[str, Any]], ctas: list[dict[str, Any]],
                             keda_version: str) -> tuple[dict[str, list[str]], list[str]]:
     """(problems per ScaledJob name, evidence): each aws-sqs-queue trigger with metadata.identityOwner, judged
     against the (Cluster)TriggerAuthentication its authenticationRef names, when KEDA `keda_version` has provider

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import catalogue
+from .context import Context
 from .model import name_of, ns_name, parse_time
 
 PROBE_ATTRIBUTE = "gpuburst-verify"
@@ -18,7 +19,7 @@ CLOCK_SKEW_S = 2
 from one made before it."""
 
 
-def sqs_triggers(sj: dict) -> list[dict[str, Any]]:
+def sqs_triggers(sj: dict[str, Any]) -> list[dict[str, Any]]:
     """The ScaledJob's aws-sqs-queue triggers: queue URL (queueURL, or queueURLFromEnv resolved from the job's
     containers), region and authenticationRef."""
     spec = sj.get("spec") or {}
@@ -40,7 +41,7 @@ def sqs_triggers(sj: dict) -> list[dict[str, Any]]:
     return out
 
 
-def polling_interval_s(sj: dict) -> int:
+def polling_interval_s(sj: dict[str, Any]) -> int:
     """spec.pollingInterval, seconds (KEDA's default 30 when absent)."""
     return int((sj.get("spec") or {}).get("pollingInterval") or catalogue.KEDA_DEFAULT_POLLING_INTERVAL_S)
 
@@ -50,7 +51,7 @@ def probe_body(probe_id: str) -> str:
     return json.dumps({"verify_probe": probe_id})
 
 
-def is_probe(message: dict, probe_id: str) -> bool:
+def is_probe(message: dict[str, Any], probe_id: str) -> bool:
     """True when a received SQS message is this run's probe (by its message attribute, never by its body)."""
     attr = (message.get("MessageAttributes") or {}).get(PROBE_ATTRIBUTE) or {}
     return attr.get("StringValue") == probe_id
@@ -62,7 +63,7 @@ def queue_is_idle(attributes: dict[str, str]) -> bool:
         "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"))
 
 
-def owned_jobs(jobs: list[dict], sj: dict) -> list[dict]:
+def owned_jobs(jobs: list[dict[str, Any]], sj: dict[str, Any]) -> list[dict[str, Any]]:
     """Jobs this ScaledJob created: an ownerReference to it (its uid, when both sides state one). KEDA always sets
     that reference; a Job carrying only the `scaledjob.keda.sh/name` label (made by hand, or by a ScaledJob of the
     same name that was deleted and recreated) is not its Job."""
@@ -76,7 +77,7 @@ def owned_jobs(jobs: list[dict], sj: dict) -> list[dict]:
     return out
 
 
-def running_jobs(jobs: list[dict]) -> list[dict]:
+def running_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Jobs not finished (no Complete or Failed condition True): those count against maxReplicaCount."""
     def finished(j: dict) -> bool:
         return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
@@ -84,13 +85,14 @@ def running_jobs(jobs: list[dict]) -> list[dict]:
     return [j for j in jobs if not finished(j)]
 
 
-def max_replicas(sj: dict) -> int:
+def max_replicas(sj: dict[str, Any]) -> int:
     """spec.maxReplicaCount (KEDA's default 100 when absent)."""
     value = (sj.get("spec") or {}).get("maxReplicaCount")
     return int(value) if value is not None else 100
 
 
-def probe_blocked(sj: dict, trigger: dict, attributes: dict[str, str], jobs: list[dict]) -> str | None:
+def probe_blocked(sj: dict[str, Any], trigger: dict[str, Any], attributes: dict[str, str],
+                  jobs: list[dict[str, Any]]) -> str | None:
     """Why one probe message cannot make this ScaledJob create a Job (so the probe is not sent), else None.
 
     - activationQueueLength: KEDA activates only when the queue length is above it; one probe next to the messages
@@ -112,7 +114,8 @@ def probe_blocked(sj: dict, trigger: dict, attributes: dict[str, str], jobs: lis
     return None
 
 
-def new_jobs(before_uids: set[str], jobs: list[dict], sj: dict, sent_at: datetime | None = None) -> list[dict]:
+def new_jobs(before_uids: set[str], jobs: list[dict[str, Any]], sj: dict[str, Any],
+             sent_at: datetime | None = None) -> list[dict[str, Any]]:
     """Jobs of the ScaledJob that appeared for the probe: not there before it was sent (by uid) and created at or
     after the send (creationTimestamp, whole seconds, so a Job KEDA made for real work between verify's first look
     and the send does not count).
@@ -135,7 +138,7 @@ def new_jobs(before_uids: set[str], jobs: list[dict], sj: dict, sent_at: datetim
     return out
 
 
-def job_started(pods: list[dict]) -> bool:
+def job_started(pods: list[dict[str, Any]]) -> bool:
     """True when any pod of a Job has a container that started (it may have received a message)."""
     for p in pods:
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
@@ -145,7 +148,8 @@ def job_started(pods: list[dict]) -> bool:
     return False
 
 
-def judge_probe(sj: dict, queue_url: str, appeared: list[dict], waited_s: float, window_s: float) -> tuple[bool, str]:
+def judge_probe(sj: dict[str, Any], queue_url: str, appeared: list[dict[str, Any]], waited_s: float,
+                window_s: float) -> tuple[bool, str]:
     """(ok, evidence line): a Job owned by the ScaledJob appeared within the window after the probe was sent."""
     who = f"ScaledJob {ns_name(sj)}"
     if appeared:
@@ -196,11 +200,11 @@ def _probe(ctx, sj: dict, trigger: dict) -> tuple[bool | None, str, list[str]]:
     return ok, verdict, evidence
 
 
-def name_of_ns(sj: dict) -> str:
+def name_of_ns(sj: dict[str, Any]) -> str:
     return (sj.get("metadata") or {}).get("namespace") or ""
 
 
-def after_probe(ctx, url: str, probe_id: str, sj: dict, appeared: list[dict]) -> list[str]:
+def after_probe(ctx: Context, url: str, probe_id: str, sj: dict[str, Any], appeared: list[dict[str, Any]]) -> list[str]:
     """What becomes of the probe message and the Job it caused; verify removes neither (see docs/verify.md).
 
     The message: verify never calls ReceiveMessage, DeleteMessage or ChangeMessageVisibility on a work queue. SQS
@@ -223,7 +227,8 @@ def after_probe(ctx, url: str, probe_id: str, sj: dict, appeared: list[dict]) ->
     return notes
 
 
-def acknowledged_by(ctx, namespace: str, job_name: str, pods: list[dict], probe_id: str) -> list[str]:
+def acknowledged_by(ctx: Context, namespace: str, job_name: str, pods: list[dict[str, Any]],
+                    probe_id: str) -> list[str]:
     """Evidence, once a Job's worker ran: whether its log says it acknowledged this run's probe (the worker logs
     `verify probe <uuid> acknowledged`) — the one place the message that woke the Job can be seen."""
     for p in pods:

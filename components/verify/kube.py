@@ -10,6 +10,7 @@ import errno
 import json
 import logging
 import os
+import re
 import ssl
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from ..spec.verify_admission import ADMISSION_NAME
 from .model import CouldNotRun
 
 
@@ -84,6 +86,31 @@ def _api_message(e: ApiException) -> str:
     return f"{e.status} {e.reason}" + (f": {msg}" if msg else "")
 
 
+_POLICY_DENIAL = re.compile(r"ValidatingAdmissionPolicy '(?P<policy>[^']+)'(?: with binding '[^']*')? denied request: "
+                            r"(?P<message>.*)$")
+"""How the API server words a ValidatingAdmissionPolicy's refusal (kubernetes apiserver, admission/plugin/policy/
+validating/dispatcher.go: `ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s`, inside the Status
+message `jobs.batch "NAME" is forbidden: ...`; code 403 for the `Forbidden` reason verify's rule gives, 422 without)."""
+_NO_PARAMS = "no params found for policy binding"
+"""The refusal's message when the binding's params object is missing (parameterNotFoundAction Deny)."""
+
+
+def admission_refusal(message: str, namespace: str) -> str | None:
+    """One line for the person on call when verify's own admission rule (spec/verify_admission.py,
+    ValidatingAdmissionPolicy `gpuburst-verify-probes`) refused a probe Job: the rule's one-line message quoted, or
+    that its params ConfigMap is missing; None for any other refusal (RBAC, another policy), left as the API said."""
+    m = _POLICY_DENIAL.search(message or "")
+    if m is None or m["policy"] != ADMISSION_NAME:
+        return None
+    why = m["message"].strip()
+    head = f"verify's admission rule (ValidatingAdmissionPolicy {ADMISSION_NAME}) refused the probe Job: "
+    if _NO_PARAMS in why:
+        return head + (f"its params ConfigMap {namespace}/{ADMISSION_NAME} was not found (the stack's VerifyRunner "
+                       f"declares it; the API server said: {why})")
+    # The rule admits only the probes as this stack builds them: a refusal means verify's inputs are not the stack's.
+    return head + f"{why} (give the stack's --image by digest and --namespace, or --stack)"
+
+
 def _default_kubeconfig() -> str | None:
     env = os.environ.get("KUBECONFIG")
     if env:
@@ -145,19 +172,21 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *, connec
 class Kube:
     """Reads (and the verify Job's create/delete) against one cluster; every method returns API JSON dicts."""
 
+    timeout: tuple[float, float]
+
     def __init__(self, api_client: Any, *, host: str, connect_timeout_s: float = 5.0,
                  request_timeout_s: float = 30.0) -> None:
         self.api_client = api_client
         self.host = host
         self.timeout = (connect_timeout_s, request_timeout_s)
-        self.server_version: dict = {}
-        self.core = k8s.CoreV1Api(api_client)
-        self.apps = k8s.AppsV1Api(api_client)
-        self.batch = k8s.BatchV1Api(api_client)
-        self.custom = k8s.CustomObjectsApi(api_client)
-        self.ext = k8s.ApiextensionsV1Api(api_client)
-        self.versions = k8s.VersionApi(api_client)
-        self.coordination = k8s.CoordinationV1Api(api_client)
+        self.server_version: dict[str, Any] = {}
+        self.core: k8s.CoreV1Api = k8s.CoreV1Api(api_client)
+        self.apps: k8s.AppsV1Api = k8s.AppsV1Api(api_client)
+        self.batch: k8s.BatchV1Api = k8s.BatchV1Api(api_client)
+        self.custom: k8s.CustomObjectsApi = k8s.CustomObjectsApi(api_client)
+        self.ext: k8s.ApiextensionsV1Api = k8s.ApiextensionsV1Api(api_client)
+        self.versions: k8s.VersionApi = k8s.VersionApi(api_client)
+        self.coordination: k8s.CoordinationV1Api = k8s.CoordinationV1Api(api_client)
 
     # -- plumbing ----------------------------------------------------------------------------------------------
     def _call(self, what: str, fn: Any, *args: Any, missing_ok: bool = False, raw: bool = False, **kwargs: Any):
@@ -200,16 +229,16 @@ class Kube:
         return list((self._call(what, fn, *args, **kwargs) or {}).get("items") or [])
 
     # -- reads -------------------------------------------------------------------------------------------------
-    def version(self) -> dict:
+    def version(self) -> dict[str, Any]:
         """GET /version: `{"major": "1", "minor": "34+", "gitVersion": "v1.34.2-eks-..."}`."""
         return self._call("GET /version", self.versions.get_code)
 
-    def list_nodes(self, label_selector: str | None = None) -> list[dict]:
+    def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
         """Nodes, optionally by label selector (`karpenter.sh/nodepool=gpu`)."""
         return self._items("list nodes", self.core.list_node, label_selector=label_selector)
 
     def list_pods(self, namespace: str | None = None, *, label_selector: str | None = None,
-                  field_selector: str | None = None) -> list[dict]:
+                  field_selector: str | None = None) -> list[dict[str, Any]]:
         """Pods of one namespace, or of all when namespace is None."""
         if namespace is None:
             return self._items("list pods", self.core.list_pod_for_all_namespaces, label_selector=label_selector,
@@ -217,55 +246,55 @@ class Kube:
         return self._items(f"list pods in {namespace}", self.core.list_namespaced_pod, namespace,
                            label_selector=label_selector, field_selector=field_selector)
 
-    def list_events(self, namespace: str, *, field_selector: str | None = None) -> list[dict]:
+    def list_events(self, namespace: str, *, field_selector: str | None = None) -> list[dict[str, Any]]:
         """core/v1 Events of one namespace (e.g. `involvedObject.kind=ScaledJob,involvedObject.name=x`)."""
         return self._items(f"list events in {namespace}", self.core.list_namespaced_event, namespace,
                            field_selector=field_selector)
 
-    def list_deployments(self, label_selector: str | None = None) -> list[dict]:
+    def list_deployments(self, label_selector: str | None = None) -> list[dict[str, Any]]:
         """Deployments of all namespaces, optionally by label selector."""
         return self._items("list deployments", self.apps.list_deployment_for_all_namespaces,
                            label_selector=label_selector)
 
-    def list_daemonsets(self, label_selector: str | None = None) -> list[dict]:
+    def list_daemonsets(self, label_selector: str | None = None) -> list[dict[str, Any]]:
         """DaemonSets of all namespaces, optionally by label selector (the NVIDIA device plugin is one)."""
         return self._items("list daemonsets", self.apps.list_daemon_set_for_all_namespaces,
                            label_selector=label_selector)
 
-    def get_crd(self, name: str) -> dict | None:
+    def get_crd(self, name: str) -> dict[str, Any] | None:
         """A CustomResourceDefinition (`triggerauthentications.keda.sh`), or None when it is not installed."""
         return self._call(f"get CRD {name}", self.ext.read_custom_resource_definition, name, missing_ok=True)
 
-    def get_nodepool(self, name: str) -> dict | None:
+    def get_nodepool(self, name: str) -> dict[str, Any] | None:
         """The karpenter.sh/v1 NodePool, or None when absent."""
         return self._call(f"get NodePool {name}", self.custom.get_cluster_custom_object, "karpenter.sh", "v1",
                           "nodepools", name, missing_ok=True)
 
-    def get_ec2nodeclass(self, name: str) -> dict | None:
+    def get_ec2nodeclass(self, name: str) -> dict[str, Any] | None:
         """The karpenter.k8s.aws/v1 EC2NodeClass, or None when absent."""
         return self._call(f"get EC2NodeClass {name}", self.custom.get_cluster_custom_object, "karpenter.k8s.aws",
                           "v1", "ec2nodeclasses", name, missing_ok=True)
 
-    def list_nodeclaims(self) -> list[dict]:
+    def list_nodeclaims(self) -> list[dict[str, Any]]:
         """karpenter.sh/v1 NodeClaims (cluster-scoped; [] when the CRD is not served)."""
         data = self._call("list NodeClaims", self.custom.list_cluster_custom_object, "karpenter.sh", "v1",
                           "nodeclaims", missing_ok=True)
         return list((data or {}).get("items") or [])
 
-    def list_trigger_authentications(self, namespace: str) -> list[dict]:
+    def list_trigger_authentications(self, namespace: str) -> list[dict[str, Any]]:
         """keda.sh/v1alpha1 TriggerAuthentications of one namespace ([] when the CRD is not served)."""
         data = self._call(f"list TriggerAuthentications in {namespace}",
                           self.custom.list_namespaced_custom_object, "keda.sh", "v1alpha1", namespace,
                           "triggerauthentications", missing_ok=True)
         return list((data or {}).get("items") or [])
 
-    def list_cluster_trigger_authentications(self) -> list[dict]:
+    def list_cluster_trigger_authentications(self) -> list[dict[str, Any]]:
         """keda.sh/v1alpha1 ClusterTriggerAuthentications ([] when the CRD is not served)."""
         data = self._call("list ClusterTriggerAuthentications", self.custom.list_cluster_custom_object,
                           "keda.sh", "v1alpha1", "clustertriggerauthentications", missing_ok=True)
         return list((data or {}).get("items") or [])
 
-    def list_scaled_jobs(self, namespace: str) -> list[dict]:
+    def list_scaled_jobs(self, namespace: str) -> list[dict[str, Any]]:
         """keda.sh/v1alpha1 ScaledJobs of one namespace ([] when the CRD is not served)."""
         data = self._call(f"list ScaledJobs in {namespace}", self.custom.list_namespaced_custom_object,
                           "keda.sh", "v1alpha1", namespace, "scaledjobs", missing_ok=True)
@@ -281,19 +310,28 @@ class Kube:
         return text or ""
 
     # -- jobs --------------------------------------------------------------------------------------------------
-    def list_jobs(self, namespace: str, *, label_selector: str | None = None) -> list[dict]:
+    def list_jobs(self, namespace: str, *, label_selector: str | None = None) -> list[dict[str, Any]]:
         """batch/v1 Jobs of one namespace."""
         return self._items(f"list jobs in {namespace}", self.batch.list_namespaced_job, namespace,
                            label_selector=label_selector)
 
-    def get_job(self, namespace: str, name: str) -> dict | None:
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One Job, or None when it is gone."""
         return self._call(f"get job {namespace}/{name}", self.batch.read_namespaced_job, name, namespace,
                           missing_ok=True)
 
-    def create_job(self, namespace: str, manifest: dict) -> dict:
-        """Create a Job from a manifest dict; returns the created object."""
-        return self._call(f"create job in {namespace}", self.batch.create_namespaced_job, namespace, manifest)
+    def create_job(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create a Job from a manifest dict; returns the created object. A refusal by verify's admission rule is
+        reported as such (admission_refusal), not as the API's generic `forbidden`."""
+        try:
+            return self._call(f"create job in {namespace}", self.batch.create_namespaced_job, namespace, manifest)
+        except KubeConflict:
+            raise
+        except KubeError as e:
+            friendly = admission_refusal(str(e), namespace)
+            if friendly is None:
+                raise
+            raise KubeError(friendly) from None
 
     def delete_job(self, namespace: str, name: str) -> bool:
         """Delete a Job and (in the background) its pods; False when it was already gone."""
@@ -303,16 +341,16 @@ class Kube:
         return out is not None
 
     # -- the run lock (coordination.k8s.io/v1 Lease) ---------------------------------------------------------------
-    def get_lease(self, namespace: str, name: str) -> dict | None:
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One Lease, or None when there is none."""
         return self._call(f"get lease {namespace}/{name}", self.coordination.read_namespaced_lease, name, namespace,
                           missing_ok=True)
 
-    def create_lease(self, namespace: str, body: dict) -> dict:
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create a Lease; KubeConflict when it already exists."""
         return self._call(f"create lease in {namespace}", self.coordination.create_namespaced_lease, namespace, body)
 
-    def replace_lease(self, namespace: str, name: str, body: dict) -> dict:
+    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """Replace a Lease (its metadata.resourceVersion must be current, else KubeConflict)."""
         return self._call(f"replace lease {namespace}/{name}", self.coordination.replace_namespaced_lease, name,
                           namespace, body)

@@ -28,7 +28,7 @@ def micro_time(t: datetime) -> str:
     return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def lease_expired(lease: dict, now: datetime) -> bool:
+def lease_expired(lease: dict[str, Any], now: datetime) -> bool:
     """True when nobody holds the lease, or its holder has not renewed it within leaseDurationSeconds (a run that
     was killed with SIGKILL leaves such a lease behind; it is taken over, not waited for)."""
     spec = lease.get("spec") or {}
@@ -40,14 +40,15 @@ def lease_expired(lease: dict, now: datetime) -> bool:
     return (now - renewed).total_seconds() > int(spec.get("leaseDurationSeconds") or 0)
 
 
-def describe_holder(lease: dict) -> str:
+def describe_holder(lease: dict[str, Any]) -> str:
     """`holder H, renewed T, leaseDurationSeconds D` for the one-line refusal."""
     spec = lease.get("spec") or {}
     return (f"holder {spec.get('holderIdentity')!r}, renewed {spec.get('renewTime') or spec.get('acquireTime')}, "
             f"leaseDurationSeconds {spec.get('leaseDurationSeconds')}")
 
 
-def lease_body(namespace: str, holder: str, duration_s: int, now: datetime, previous: dict | None = None) -> dict:
+def lease_body(namespace: str, holder: str, duration_s: int, now: datetime,
+               previous: dict[str, Any] | None = None) -> dict[str, Any]:
     """The Lease verify writes: a new one, or `previous` taken over or renewed (its resourceVersion kept, so a
     concurrent writer makes the API answer 409 instead of two runs both believing they hold it)."""
     spec = dict((previous or {}).get("spec") or {})
@@ -67,11 +68,19 @@ class RunLock:
     """Take the lease (waiting up to `wait_s` for another holder), renew it every third of its duration from a
     background thread, and delete it on release (only while this run still holds it)."""
 
+    kube: Any
+    namespace: str
+    holder: str
+    clock: Clock
+    duration_s: int
+    wait_s: float
+    poll_s: float
+
     def __init__(self, kube: Any, namespace: str, holder: str, *, clock: Clock, duration_s: int = 60,
                  wait_s: float = 0.0, poll_s: float = 5.0) -> None:
         self.kube, self.namespace, self.holder, self.clock = kube, namespace, holder, clock
         self.duration_s, self.wait_s, self.poll_s = duration_s, wait_s, poll_s
-        self.lease: dict | None = None
+        self.lease: dict[str, Any] | None = None
         self.notes: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

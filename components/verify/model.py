@@ -237,7 +237,7 @@ def parse_time(text: str | None) -> datetime | None:
         return None
 
 
-def age_s(obj: dict, now: datetime) -> float | None:
+def age_s(obj: dict[str, Any], now: datetime) -> float | None:
     """Seconds since the object's metadata.creationTimestamp, or None when it has none."""
     created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
     return None if created is None else (now - created).total_seconds()
@@ -255,23 +255,23 @@ def fmt_age(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def name_of(obj: dict) -> str:
+def name_of(obj: dict[str, Any]) -> str:
     """metadata.name ('' when absent)."""
     return (obj.get("metadata") or {}).get("name", "")
 
 
-def ns_name(obj: dict) -> str:
+def ns_name(obj: dict[str, Any]) -> str:
     """`namespace/name` of a namespaced object (just the name for a cluster-scoped one)."""
     md = obj.get("metadata") or {}
     return f"{md['namespace']}/{md.get('name', '')}" if md.get("namespace") else md.get("name", "")
 
 
-def labels_of(obj: dict) -> dict[str, str]:
+def labels_of(obj: dict[str, Any]) -> dict[str, str]:
     """metadata.labels ({} when absent)."""
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-def condition(obj: dict, type_: str) -> dict | None:
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
     """The status condition of the given type, or None."""
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == type_:

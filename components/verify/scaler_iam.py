@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
+from typing import Any
 
 from .context import Context, one_line
 from .keda import OPERATOR_SELECTOR
@@ -62,7 +63,7 @@ def _applies(st: dict, action: str, resource: str) -> bool:
     return _match(_list(st.get("Resource")), resource, case=True)
 
 
-def evaluate(docs: list[tuple[str, dict]], action: str, resource: str) -> tuple[str, list[str]]:
+def evaluate(docs: list[tuple[str, dict[str, Any]]], action: str, resource: str) -> tuple[str, list[str]]:
     """`allowed`, `denied` (an explicit Deny) or `implicit` (no Allow) for `action` on `resource` under the identity
     policies `docs` ((where, document) pairs), with the statements that decided."""
     allows: list[str] = []
@@ -79,7 +80,7 @@ def evaluate(docs: list[tuple[str, dict]], action: str, resource: str) -> tuple[
     return ("allowed", allows) if allows else ("implicit", [])
 
 
-def granted_resources(docs: list[tuple[str, dict]], action: str) -> list[str]:
+def granted_resources(docs: list[tuple[str, dict[str, Any]]], action: str) -> list[str]:
     """The resources the Allow statements of `docs` name for `action`, whatever the resource (`NotResource` shown as
     `everything but …`): what the policy does grant, quoted when it does not grant the queue asked about (a stale
     queue ARN is the usual drift)."""
@@ -99,7 +100,7 @@ def granted_resources(docs: list[tuple[str, dict]], action: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def trusts(trust: dict, principal_arn: str) -> tuple[bool, str]:
+def trusts(trust: dict[str, Any], principal_arn: str) -> tuple[bool, str]:
     """Whether a role's trust policy lets `principal_arn` (a role) call sts:AssumeRole, and which statement says so
     (a Principal of the role's account root delegates to the principal's own policy: trusted, said so)."""
     m = _ROLE_ARN.match(principal_arn or "")
@@ -129,7 +130,7 @@ def role_name(arn: str) -> str | None:
     return m["name"] if m else None
 
 
-def judge_role(aws, role_arn: str, action: str, resource: str) -> tuple[str, list[str], list[str]]:
+def judge_role(aws: Any, role_arn: str, action: str, resource: str) -> tuple[str, list[str], list[str]]:
     """`allowed`/`denied`/`implicit` for the role (identity policies, then its permissions boundary), evidence, and
     the resources its policies grant the action on (granted_resources)."""
     name = role_name(role_arn)

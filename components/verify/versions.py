@@ -2,7 +2,9 @@
 stamps, the API server's version), judged by the same catalogue functions as the policy pack, and compared with the
 catalogue's pins (a difference means the upgrade did not roll out, or verify runs from another commit); and the
 Kubernetes minor judged by the catalogue's EKS support rule with the cluster's own upgrade policy (eks:DescribeCluster),
-and the catalogue's calendar compared with EKS's (eks:DescribeClusterVersions)."""
+and the catalogue's calendar compared with EKS's (eks:DescribeClusterVersions); and, for information (the check still
+passes), what the catalogue's release lines say of the live Karpenter and KEDA: the line's support window, the newer
+patches of that line with what each fixes, and any "Action Required" (catalogue/lines.py)."""
 from __future__ import annotations
 
 from datetime import date, datetime, timezone
@@ -23,7 +25,7 @@ EKS_DEFAULT_SUPPORT_TYPE = "EXTENDED"
 """What EKS applies when a cluster's `upgradePolicy.supportType` is not set (catalogue.SUPPORT_TYPES)."""
 
 
-def server_version(version: dict) -> str | None:
+def server_version(version: dict[str, Any]) -> str | None:
     """`{"gitVersion": "v1.34.2-eks-113cf36"}` -> `1.34.2` (major.minor from the fields when gitVersion is odd)."""
     git = version.get("gitVersion") or ""
     try:
@@ -74,7 +76,7 @@ def _component(chart: str, objects: list[dict], kind: str, evidence: list[str],
     return version
 
 
-def refused_karpenter(objects: list[dict]) -> list[tuple[str, str]]:
+def refused_karpenter(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(version, the catalogue's reason) for every Karpenter version the given Deployments (or the NodePool CRD)
     state that the catalogue refuses outright (a broken release, older than the minimum), in first-seen order."""
     out: dict[str, str] = {}
@@ -103,9 +105,11 @@ def live_image_line(version: str, live_amis: tuple[str | None, list[str]] | None
     return head + f"; live, EC2NodeClass {nodeclass} gives the GPU types {observed[0]}{more}"
 
 
-def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[dict], nodepool_crd: dict | None,
-                   server: dict, *, today: date, cluster_name: str | None = None, eks_cluster: dict | None = None,
-                   eks_cluster_error: str | None = None, eks_versions: list[dict] | None = None,
+def judge_versions(karpenter: list[dict[str, Any]], keda: list[dict[str, Any]], device_plugin: list[dict[str, Any]],
+                   nodepool_crd: dict[str, Any] | None,
+                   server: dict[str, Any], *, today: date, cluster_name: str | None = None,
+                   eks_cluster: dict[str, Any] | None = None,
+                   eks_cluster_error: str | None = None, eks_versions: list[dict[str, Any]] | None = None,
                    eks_versions_error: str | None = None,
                    live_amis: tuple[str | None, list[str]] | None = None) -> CheckResult:
     """The verdict from the controllers' Deployments/DaemonSets, the NodePool CRD, the /version answer and, when a
@@ -166,6 +170,7 @@ def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[
                                       for p in problems))
         evidence = [f"why the catalogue refuses karpenter {v} (a fact about the release, not an observation of this "
                     f"cluster): {reason}" for reason, v in refused.items()] + evidence
+    upgrades = release_line_news((("karpenter", kv), ("keda", kedav)), today, evidence)
     if problems:
         return CheckResult(NAME, FAIL, headline(problems), problems + [e for e in evidence if e not in problems])
     seen = (f"karpenter {kv}, karpenter-crd {crdv or 'unstamped'}, keda {kedav}, Kubernetes {k8s}: all pass the "
@@ -173,7 +178,38 @@ def judge_versions(karpenter: list[dict], keda: list[dict], device_plugin: list[
     if warning:
         # The warning is what the person on call must act on: it leads; the versions stay in the evidence.
         return CheckResult(NAME, PASS, f"all pass, with a warning: {warning}", [seen] + evidence)
+    if upgrades:
+        # Informational: the pins hold; a newer patch of a pinned line is news for the maintainer (docs/upgrading.md
+        # moves a pin), so the check passes and says so first.
+        more = f" (+{len(upgrades) - 1} more in the evidence)" if len(upgrades) > 1 else ""
+        return CheckResult(NAME, PASS, f"all pass and match the pins; {upgrades[0]}{more}", [seen] + evidence)
     return CheckResult(NAME, PASS, seen, evidence)
+
+
+def release_line_news(live: tuple[tuple[str, str | None], ...], today: date, evidence: list[str]) -> list[str]:
+    """What the catalogue's release lines (catalogue/lines.py) say of each live (chart, version): its line's support
+    and the newer patches of that line with what each fixes or requires go to `evidence`; returns one short phrase per
+    chart behind its line's newest patch (or on a line out of support), for the summary."""
+    out = []
+    for chart, version in live:
+        if not version:
+            continue
+        support = catalogue.line_support(chart, version, today)
+        evidence.append(f"{chart} {version}: {support}")
+        note = catalogue.upgrade_note(chart, version, today)
+        if note:
+            evidence.append(f"upgrade: {note}")
+        newer = catalogue.newer_patches(chart, version)
+        actions = [p for p in newer if p.action_required]
+        for p in actions:
+            evidence.append(f"{chart} {p.version} ACTION REQUIRED before upgrading: {p.action_required} "
+                            f"(source: {p.source})")
+        if newer:
+            out.append(f"{chart} {version} is behind {newer[-1].version}, its line's newest patch ({support})"
+                       + (f"; ACTION REQUIRED in {', '.join(p.version for p in actions)}" if actions else ""))
+        elif "left support" in support or "out of support" in support:
+            out.append(f"{chart} {version}: {support}")
+    return out
 
 
 def utc_date(value: Any) -> date | None:

@@ -1,4 +1,5 @@
-"""The tils-lab workload stack: one queue, one GPU NodePool and one ScaledJob attached to the platform's cluster.
+"""The tils-lab workload stack: its namespace, one queue, one GPU NodePool and one ScaledJob attached to the
+platform's cluster, side by side with other teams' (its pods run only on its own pool, its namespace has a quota).
 
 KEDA, Karpenter, the device plugin and the EC2NodeClass belong to the platform stack; this one references them
 (`Existing*`: nothing is installed twice) so that every manifest is checked against what really runs there, and so
@@ -24,6 +25,8 @@ from gpuburst import (
     GpuScaledJobArgs,
     WorkerPodSettings,
     WorkloadFacts,
+    WorkloadNamespace,
+    WorkloadNamespaceArgs,
     WorkQueue,
     WorkQueueArgs,
 )
@@ -36,8 +39,11 @@ worker_role_path = "/tils-lab/workers/"
 cluster = ExistingCluster("platform", ExistingClusterArgs(
     cluster_name=cfg.require("clusterName"), network_policy_enforced=True,
     node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"))}))
+# KEDA scales only the namespaces it watches: the platform lists ours (keda_extra_watch_namespaces), and the pack
+# refuses a ScaledJob in a namespace this list does not hold.
 keda = ExistingKeda("keda", ExistingKedaArgs(version=cfg.require("kedaVersion"),
-                                            operator_role_arn=cfg.require("kedaOperatorRoleArn")))
+                                            operator_role_arn=cfg.require("kedaOperatorRoleArn"),
+                                            watch_namespaces=cfg.require_object("kedaWatchNamespaces")))
 karpenter = ExistingKarpenter("karpenter", ExistingKarpenterArgs(version=cfg.require("karpenterVersion")))
 
 # Who deploys this stack and from where (the same facts as the platform's gpuburst:deploy): the pack and
@@ -49,6 +55,8 @@ key = DataKey("tils", DataKeyArgs(alias="alias/tils-lab-data", worker_role_path=
                                   deploy_model=access.model))
 queue = WorkQueue("tils", WorkQueueArgs(name="tils-lab-slides", expected_processing_s=300, kms_key_id=key.key_arn,
                                         alarm_emails=cfg.require_object("alarmEmails")))
+# The lab's own namespace (Pod Security restricted, default-deny, a quota of the lab's 4 GPUs) and its own pool.
+team = WorkloadNamespace("tils", WorkloadNamespaceArgs(name=namespace, gpus=4))
 pool = GpuNodePool("tils", GpuNodePoolArgs(nodeclass_name=node_class, nodepool_name="tils-lab", gpu_limit=4,
                                            instance_types=["g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge"],
                                            karpenter=karpenter))
@@ -60,10 +68,12 @@ job = GpuScaledJob("tils", GpuScaledJobArgs(
     queue_visibility_timeout_s=queue.visibility_timeout_s, role_path=worker_role_path,
     # HTTPS only into the platform's VPC (its endpoints for SQS, S3, STS, ECR): never the internet.
     egress_cidrs=[cfg.require("vpcCidr")],
+    # The pods select karpenter.sh/nodepool: tils-lab, so they never take another team's GPUs.
+    nodepool=pool,
     bucket_arn=cfg.require("resultsBucketArn"), slides_bucket_arn=cfg.require("slidesBucketArn"),
     pod=WorkerPodSettings(image=cfg.require("image"), visibility_timeout_s=queue.visibility_timeout_s,
                           region=pulumi.Config("aws").require("region"))),
-    opts=pulumi.ResourceOptions(depends_on=[pool.resource]))
+    opts=pulumi.ResourceOptions(depends_on=[team]))
 
 pulumi.export("queueUrl", queue.queue_url)
 pulumi.export("workerRoleArn", job.role_arn)

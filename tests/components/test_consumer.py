@@ -17,6 +17,8 @@ from components.spec.validation import ConfigError
 from components.synth.mocks import run_under_mocks
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "ef" * 32
+VPC_CIDRS = ["10.64.0.0/16"]
+"""The VPC's CIDR: the worker NetworkPolicy's only HTTPS destination (required with the policy)."""
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/gpuburst-dev-studies.fifo"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 
@@ -28,6 +30,7 @@ def run(*, disruption_budget=False, **pod_kw):
         queue = aws.sqs.Queue("studies-queue", name="gpuburst-dev-studies.fifo", fifo_queue=True,
                               visibility_timeout_seconds=pod_kw["visibility_timeout_s"])
         GpuConsumer("studies", GpuConsumerArgs(
+            egress_cidrs=VPC_CIDRS,
             cluster_name="gpuburst-dev", namespace="gpuburst", queue_url=queue.url, queue_arn=queue.arn,
             bucket_arn="arn:aws:s3:::gpuburst-dev-results", slides_bucket_arn="arn:aws:s3:::gpuburst-dev-slides",
             pod=WorkerPodSettings(image=IMAGE, **pod_kw),
@@ -177,6 +180,7 @@ def test_a_pod_visibility_that_disagrees_with_its_queue_is_refused():
                                                          expected_processing_s=queue_visibility_s // 2,
                                                          alarm_emails=["oncall@example.org"]))
             GpuConsumer("studies", GpuConsumerArgs(
+                egress_cidrs=VPC_CIDRS,
                 cluster_name="gpuburst-dev", namespace="gpuburst", queue_url=queue.queue_url, queue_arn=queue.queue_arn,
                 bucket_arn="arn:aws:s3:::gpuburst-dev-results",
                 queue_visibility_timeout_s=queue.visibility_timeout_s,
@@ -189,3 +193,25 @@ def test_a_pod_visibility_that_disagrees_with_its_queue_is_refused():
     with pytest.raises(ConfigError):
         run_under_mocks(program(600, 1200))  # the pod's default (600) against a 600 s-per-slide queue
     assert run_under_mocks(program(1200, 1200)).monitor.by_type("gpuburst:index:GpuConsumer")
+
+
+def test_a_consumer_for_independent_work_carries_the_chooser_pick_and_its_nodepool():
+    from components.spec.workload import WorkloadFacts
+
+    facts = WorkloadFacts(items_independent=True, state_across_messages=False, ordered=False, model_load_s=10,
+                          seconds_per_item=6, burst_items=400, max_replicas=8)
+
+    def program():
+        queue = aws.sqs.Queue("slides-queue", name="lab-slides", visibility_timeout_seconds=600)
+        GpuConsumer("slides", GpuConsumerArgs(
+            egress_cidrs=VPC_CIDRS, nodepool="tils-lab", facts=facts,
+            cluster_name="gpuburst-dev", namespace="lab", queue_url=queue.url, queue_arn=queue.arn,
+            bucket_arn="arn:aws:s3:::lab-results", pod=WorkerPodSettings(image=IMAGE)))
+
+    (dep,) = run_under_mocks(program).monitor.by_type("kubernetes:apps/v1:Deployment")
+    annotations = dep.properties["metadata"]["annotations"]
+    assert annotations["gpuburst.io/chooser-pattern"] == "scaledjob"  # 400 independent items: jobs win
+    assert "400 items on up to 8 parallel jobs" in annotations["gpuburst.io/chooser-reason"]
+    selector = dep.properties["spec"]["template"]["spec"]["nodeSelector"]
+    assert selector == {"nvidia.com/gpu.present": "true", "karpenter.sh/nodepool": "tils-lab",
+                        "karpenter.sh/capacity-type": "on-demand"}

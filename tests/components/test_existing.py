@@ -28,6 +28,8 @@ from components.spec.workload import WorkloadFacts
 from components.synth.mocks import run_under_mocks
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/lab-worker@sha256:" + "ab" * 32
+VPC_CIDRS = ["10.64.0.0/16"]
+"""The VPC's CIDR: the worker NetworkPolicy's only HTTPS destination (required with the policy)."""
 OPERATOR_ROLE = "arn:aws:iam::123456789012:role/platform-keda-operator"
 FACTS = WorkloadFacts(items_independent=True, state_across_messages=False, ordered=False, model_load_s=45,
                       seconds_per_item=8, burst_items=200)
@@ -44,6 +46,7 @@ def _attach(keda_args: ExistingKedaArgs, *, identity_owner: str | None = None):
             "gpu": ExistingNodeClass(root_volume_gib=200)}))
         GpuNodePool("pool", GpuNodePoolArgs(nodeclass_name="gpu", gpu_limit=4, karpenter=karpenter))
         GpuScaledJob("lab", GpuScaledJobArgs(
+            egress_cidrs=VPC_CIDRS,
             cluster_name="platform", keda=keda, facts=FACTS, namespace="lab", queue_url=queue.url,
             queue_arn=queue.arn, bucket_arn=bucket.arn, pod=WorkerPodSettings(image=IMAGE),
             scaler_identity_owner=identity_owner))
@@ -177,3 +180,24 @@ def test_an_existing_cluster_can_say_it_enforces_network_policies():
     with pytest.raises(ConfigError, match="ExistingClusterArgs.network_policy_enforced"):
         run_under_mocks(lambda: ExistingCluster("c", ExistingClusterArgs(cluster_name="c",
                                                                         network_policy_enforced="yes")))
+
+
+def test_existing_keda_carries_the_namespaces_it_watches_as_a_fact():
+    res = run_under_mocks(lambda: ExistingKeda("keda", ExistingKedaArgs(
+        version=catalogue.KEDA_VERSION, watch_namespaces=["gpuburst", "lab-tils"])))
+    (ref,) = res.monitor.by_type("gpuburst:index:ExistingKeda")
+    assert ref.properties["watchNamespaces"] == ["gpuburst", "lab-tils"]
+    every = run_under_mocks(lambda: ExistingKeda("keda", ExistingKedaArgs(version=catalogue.KEDA_VERSION,
+                                                                          watch_namespaces=["*"])))
+    assert every.monitor.by_type("gpuburst:index:ExistingKeda")[0].properties["watchNamespaces"] == ["*"]
+    unknown = run_under_mocks(lambda: ExistingKeda("keda", ExistingKedaArgs(version=catalogue.KEDA_VERSION)))
+    assert unknown.monitor.by_type("gpuburst:index:ExistingKeda")[0].properties.get("watchNamespaces") is None
+
+
+@pytest.mark.parametrize("bad", [[], ["Lab_Tils"], ["*", "lab"], "lab-tils"])
+def test_existing_keda_refuses_a_watch_list_that_is_not_one_in_one_line(bad):
+    with pytest.raises(ConfigError) as e:
+        run_under_mocks(lambda: ExistingKeda("keda", ExistingKedaArgs(version=catalogue.KEDA_VERSION,
+                                                                      watch_namespaces=bad)))
+    assert e.value.field == "ExistingKedaArgs.watch_namespaces" and "\n" not in str(e.value)
+    assert str(e.value).startswith("ExistingKeda 'keda': ")

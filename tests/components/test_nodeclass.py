@@ -256,3 +256,30 @@ def test_the_multi_part_user_data_passes_the_upstream_crd(upstream_crds):
 
     m = manifest(boot_scripts=[cache_folder_script()])
     assert crd_oracle.validate_against_crd(m, upstream_crds / CRD) == []
+
+
+@pytest.mark.parametrize("kw,field,term", [
+    ({"subnet_selector_tags": {}}, "subnet_selector_tags", "spec.subnetSelectorTerms[0] would be {tags: {}}"),
+    ({"security_group_selector_tags": {}}, "security_group_selector_tags",
+     "spec.securityGroupSelectorTerms[0] would be {tags: {}}"),
+])
+def test_an_empty_selector_term_is_refused_in_one_line_naming_the_term(kw, field, term):
+    with pytest.raises(ConfigError) as e:
+        manifest(**kw)
+    text = str(e.value)
+    assert e.value.field == field and term in text and "an empty tags map" in text
+    assert "Karpenter 1.14.4 ignores such a term" in text and "\n" not in text
+
+
+def test_the_component_refuses_an_empty_selector_term_naming_itself():
+    with pytest.raises(ConfigError) as e:
+        run_under_mocks(lambda: Ec2NodeClass("gpu", Ec2NodeClassArgs(
+            node_role="KarpenterNodeRole-dev", cluster_name="dev", subnet_selector_tags={})))
+    assert str(e.value).startswith("Ec2NodeClass 'gpu': subnet_selector_tags: {} is not valid")
+
+
+def test_the_crd_itself_accepts_an_empty_tags_term_so_config_must_refuse_it(upstream_crds):
+    # Why the rule exists: the 1.14.1 CRD's CEL lets `{tags: {}}` through, and Karpenter 1.14.4 then ignores it.
+    doc = manifest()
+    doc["spec"]["subnetSelectorTerms"] = [{"tags": {}}]
+    assert crd_oracle.check_against_crd(doc, upstream_crds / CRD).errors == []

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -27,12 +28,52 @@ def test_importing_the_catalogue_does_not_load_the_providers():
     assert out.stdout.split() == ["False", "False"], out.stderr
 
 
+PROGRAM_EXTRAS = ("platform", "verify", "planner")
+"""The extras that, with the core, make requirements.txt (the platform program's file)."""
+
+
 def test_pyproject_dependencies_equal_requirements_txt():
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    declared = sorted(pyproject["project"]["dependencies"])
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    declared = [*project["dependencies"], *(r for name in PROGRAM_EXTRAS for r in extras[name])]
     reqs = sorted(line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
                   if line.strip() and not line.startswith("#"))
-    assert declared == reqs
+    assert len(set(declared)) == len(declared), declared  # no package in two of them
+    assert sorted(declared) == reqs
+    # `all` is every extra, and the core is what a workload stack needs and nothing else.
+    assert sorted(extras["all"]) == sorted(r for name in (*PROGRAM_EXTRAS, "policy") for r in extras[name])
+    assert sorted(_pins_of(project["dependencies"])) == ["pulumi", "pulumi-aws", "pulumi-kubernetes", "pyyaml"]
+
+
+def test_every_optional_package_is_in_the_extra_that_says_it_brings_it():
+    from components.spec.extras import EXTRA_OF
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for module, (distribution, extra) in EXTRA_OF.items():
+        assert distribution.lower() in _pins_of(extras[extra]), (module, distribution, extra)
+
+
+OPTIONAL = ("pulumi_eks", "pulumi_docker_build", "helm_python", "matplotlib", "boto3", "botocore", "kubernetes",
+            "jsonschema")
+PLATFORM_ONLY = {"Cluster", "ClusterArgs", "GpuBurstPlatform", "WorkerImage", "WorkerImageArgs"}
+"""The public names that need the `platform` extra: every other one imports with the core alone."""
+
+
+def test_the_core_imports_without_the_extras_and_a_platform_name_says_which_extra():
+    # The optional packages made unimportable (None in sys.modules), as in an environment without the extras.
+    code = ("import sys\n"
+            f"for m in {OPTIONAL!r}: sys.modules[m] = None\n"
+            "import components\n"
+            "for name in components.__all__:\n"
+            "    try:\n"
+            "        getattr(components, name)\n"
+            "    except ModuleNotFoundError as e:\n"
+            "        print(name, '|', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    failed = dict(line.split(" | ", 1) for line in out.stdout.splitlines())
+    assert set(failed) == PLATFORM_ONLY, out.stdout
+    assert all(message.endswith('pip install "gpuburst[platform]"') for message in failed.values()), failed
 
 
 def test_program_requirements_exclude_torch():
@@ -60,7 +101,7 @@ def _pins(path: Path) -> dict[str, str]:
 
 def test_a_package_pinned_in_several_files_has_one_version():
     files = [ROOT / "requirements.txt", ROOT / "requirements-dev.txt", ROOT / "policies" / "requirements.txt",
-             ROOT / "worker" / "requirements.txt", ROOT / "requirements-checkov.txt"]
+             ROOT / "worker" / "requirements.txt", ROOT / "requirements-checkov.txt", ROOT / "requirements-docs.txt"]
     seen: dict[str, tuple[str, Path]] = {}
     for f in files:
         for name, version in _pins(f).items():
@@ -161,6 +202,37 @@ def test_the_installed_pack_yaml_points_five_folders_up_at_the_environment(tmp_p
     assert doc == repo
     with pytest.raises(ValueError, match="virtualenv"):
         setup.installed_policy_yaml("runtime: python\n")
+
+
+def test_the_installed_pack_yaml_is_written_from_the_source_however_often(tmp_path):
+    setup = _setup_module()
+    source = ROOT / "policies" / "PulumiPolicy.yaml"
+    target = tmp_path / "build" / "lib" / "gpuburst" / "policy" / "PulumiPolicy.yaml"
+    for _ in range(2):  # the second finds the first's rewritten copy in place, and must not read it
+        setup.write_installed_policy_yaml(source, target)
+        assert target.read_text() == setup.installed_policy_yaml(source.read_text())
+    assert source.read_text().count("virtualenv: ../.venv") == 1  # the source is never written through
+
+
+def test_build_py_twice_into_one_build_folder_leaves_nothing_of_the_first(tmp_path):
+    # What pip does on a second `pip install .` from one checkout: setup.py's build_py into the same build/lib.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "components", "policies", "worker"):
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.py[co]"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
+    lib = tmp_path / "lib"
+    for attempt in range(2):
+        proc = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)], cwd=src,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"build {attempt + 1}: {proc.stderr[-2000:]}"
+        text = (lib / "gpuburst" / "policy" / "PulumiPolicy.yaml").read_text()
+        assert text.count("virtualenv: ../../../../..") == 1 and "virtualenv: ../.venv" not in text
+        assert not (lib / "gpuburst" / "deleted_since.py").exists()
+        (lib / "gpuburst" / "deleted_since.py").write_text("")  # a module the next build's sources no longer have
+    assert (lib / "gpuburst" / "recipe" / "worker" / "Dockerfile").is_file()
 
 
 def test_the_recipe_copy_keeps_what_the_digest_hashes(tmp_path):

@@ -290,3 +290,61 @@ def test_the_worker_may_read_exactly_its_model_object_and_decrypt_with_its_key()
     assert allow_wildcard_actions(doc["Statement"]) == []
     assert not any("tils-lab-models" in str(st["Resource"]) for st in worker_policy(
         QUEUE_ARN, BUCKET_ARN, "slides/", "results/")["Statement"])
+
+
+# -- teams side by side: the pods run only on the NodePool their workload names --------------------------------------
+
+def test_with_a_nodepool_the_pods_select_only_its_nodes_and_still_any_gpu_type():
+    from components.pod import worker_node_selector
+
+    settings = WorkerPodSettings(image=IMAGE)
+    tied = hardened_pod_spec(settings, command=["true"], queue_url=QUEUE_URL, service_account_name="w",
+                             restart_policy="Never", nodepool="tils-lab")
+    assert tied["nodeSelector"] == {"nvidia.com/gpu.present": "true", "karpenter.sh/nodepool": "tils-lab"}
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": tied},
+                                 KUBERNETES_VERSION, strict=True)
+    assert spec()["nodeSelector"] == {"nvidia.com/gpu.present": "true"}  # untied: any GPU pool
+    assert worker_node_selector(None) == {"nvidia.com/gpu.present": "true"}
+
+
+@pytest.mark.parametrize("bad", ["Tils_Lab", "", "-pool", 3])
+def test_a_nodepool_that_is_no_name_is_refused_in_one_line(bad):
+    from components.pod import worker_node_selector
+
+    with pytest.raises(ConfigError) as e:
+        worker_node_selector(bad)
+    assert e.value.field == "WorkerAccessArgs.nodepool" and "\n" not in str(e.value)
+
+
+def test_a_gpu_nodepool_gives_its_name_and_the_resource_to_wait_for():
+    from components.nodepool import GpuNodePool, GpuNodePoolArgs
+    from components.pod import workload_nodepool
+
+    found = {}
+
+    def program():
+        pool = GpuNodePool("tils", GpuNodePoolArgs(nodeclass_name="gpu", gpu_limit=4, nodepool_name="tils-lab"))
+        found["pair"] = workload_nodepool(pool)
+        found["resource"] = pool.resource
+
+    run_under_mocks(program)
+    name, deps = found["pair"]
+    assert name == "tils-lab" and deps == [found["resource"]]
+    assert workload_nodepool("gpu") == ("gpu", []) and workload_nodepool(None) == (None, [])
+
+
+# -- no silent mistake: a worker that could reach no AWS API is refused, not warned about ----------------------------
+
+def test_a_worker_without_egress_cidrs_is_refused_in_one_line():
+    from components.pod import WorkerAccessArgs, check_worker_egress
+
+    def args(**kw):
+        return WorkerAccessArgs(cluster_name="c", namespace="lab", queue_url=QUEUE_URL, queue_arn=QUEUE_ARN,
+                                bucket_arn=BUCKET_ARN, pod=WorkerPodSettings(image=IMAGE), **kw)
+
+    with pytest.raises(ConfigError) as e:
+        check_worker_egress(args())
+    assert e.value.field == "WorkerAccessArgs.egress_cidrs" and e.value.value is None
+    assert "\n" not in str(e.value) and "SQS" in str(e.value)
+    check_worker_egress(args(egress_cidrs=["10.64.0.0/16"]))
+    check_worker_egress(args(network_policy=False))  # the egress is then a policy of the stack's own (the pack judges)

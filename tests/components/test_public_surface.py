@@ -20,6 +20,18 @@ def test_every_public_name_is_visible_to_type_checkers():
     assert _type_checking_names() == set(components.__all__)
 
 
+def test_all_is_written_out_and_names_the_lazy_table():
+    """A checker reads `__all__` only when it is a literal list of strings (a computed one re-exports nothing for
+    mypy --strict); the run-time table `_EXPORTS` must name the same things."""
+    tree = ast.parse((ROOT / "components" / "__init__.py").read_text(encoding="utf-8"))
+    assigned = [n.value for n in tree.body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)]
+    assert len(assigned) == 1 and isinstance(assigned[0], ast.List), "__all__ must be one literal list"
+    literal = [e.value for e in assigned[0].elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    assert len(literal) == len(assigned[0].elts) == len(set(literal)), "__all__: strings only, each once"
+    assert set(literal) == set(components._EXPORTS) == set(components.__all__)
+
+
 def test_each_name_comes_from_where_the_type_checker_is_told():
     tree = ast.parse((ROOT / "components" / "__init__.py").read_text(encoding="utf-8"))
     block = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))

@@ -26,6 +26,8 @@ from components.synth.mocks import run_under_mocks
 from tests.components.crd_oracle import validate_against_crd
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-worker@sha256:" + "cd" * 32
+VPC_CIDRS = ["10.64.0.0/16"]
+"""The VPC's CIDR: the worker NetworkPolicy's only HTTPS destination (required with the policy)."""
 SJ = "kubernetes:keda.sh/v1alpha1:ScaledJob"
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/gpuburst-dev-slides"
 
@@ -43,6 +45,7 @@ def run(*, facts_=None, settings=None, image=IMAGE, keda_version=catalogue.KEDA_
         bucket = aws.s3.Bucket("data", bucket="gpuburst-dev-data")
         keda = Keda("keda", KedaArgs(cluster_name="gpuburst-dev", version=keda_version))
         GpuScaledJob("slides", GpuScaledJobArgs(
+            egress_cidrs=VPC_CIDRS,
             cluster_name="gpuburst-dev", keda=keda, facts=facts_ or facts(), namespace="gpuburst",
             queue_url=queue.url, queue_arn=queue.arn, bucket_arn=bucket.arn,
             pod=WorkerPodSettings(image=image, **pod_kw), settings=settings))
@@ -232,6 +235,7 @@ def test_preview_with_unknown_outputs_still_declares_everything():
         queue = aws.sqs.Queue("slides-queue", name="gpuburst-dev-slides")
         keda = Keda("keda", KedaArgs(cluster_name="gpuburst-dev"))
         GpuScaledJob("slides", GpuScaledJobArgs(
+            egress_cidrs=VPC_CIDRS,
             cluster_name="gpuburst-dev", keda=keda, facts=facts(), namespace="gpuburst", queue_url=queue.url,
             queue_arn=queue.arn, bucket_arn="arn:aws:s3:::gpuburst-dev-data",
             pod=WorkerPodSettings(image=queue.arn.apply(lambda _: IMAGE))))
@@ -247,6 +251,7 @@ def run_with_polling(polling_interval_s):
         bucket = aws.s3.Bucket("data", bucket="gpuburst-dev-data")
         keda = Keda("keda", KedaArgs(cluster_name="gpuburst-dev"))
         GpuScaledJob("slides", GpuScaledJobArgs(
+            egress_cidrs=VPC_CIDRS,
             cluster_name="gpuburst-dev", keda=keda, facts=facts(), namespace="gpuburst", queue_url=queue.url,
             queue_arn=queue.arn, bucket_arn=bucket.arn, pod=WorkerPodSettings(image=IMAGE),
             polling_interval_s=polling_interval_s))
@@ -282,3 +287,27 @@ def test_a_batch_sets_queue_length_and_max_messages_together_and_grows_the_deadl
 def test_a_batch_of_one_keeps_the_deadline_floor():
     assert settings_for_batch(1, model_load_s=45, expected_processing_s=300, max_replica_count=8).active_deadline_s \
         == 3600
+
+
+def test_a_scaledjob_names_its_nodepool_and_the_chooser_pick_in_the_plan():
+    from components.nodepool import GpuNodePool, GpuNodePoolArgs
+
+    def program():
+        queue = aws.sqs.Queue("slides-queue", name="gpuburst-dev-slides")
+        keda = Keda("keda", KedaArgs(cluster_name="gpuburst-dev"))
+        pool = GpuNodePool("tils", GpuNodePoolArgs(nodeclass_name="gpu", gpu_limit=4, nodepool_name="tils-lab"))
+        GpuScaledJob("slides", GpuScaledJobArgs(
+            egress_cidrs=VPC_CIDRS, nodepool=pool,
+            cluster_name="gpuburst-dev", keda=keda, facts=facts(), namespace="gpuburst", queue_url=queue.url,
+            queue_arn=queue.arn, bucket_arn="arn:aws:s3:::gpuburst-dev-data", pod=WorkerPodSettings(image=IMAGE)))
+
+    res = run_under_mocks(program)
+    (sj,) = res.monitor.by_type(SJ)
+    pod = sj.properties["spec"]["jobTargetRef"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true", "karpenter.sh/nodepool": "tils-lab"}
+    (pool,) = res.monitor.by_type("kubernetes:karpenter.sh/v1:NodePool")
+    assert pool.urn in sj.dependencies  # the pool exists before the first job asks for a node of it
+    annotations = sj.properties["metadata"]["annotations"]
+    assert annotations["gpuburst.io/chooser-pattern"] == "scaledjob"
+    assert annotations["gpuburst.io/items-independent"] == "true"
+    assert "parallel jobs" in annotations["gpuburst.io/chooser-reason"]

@@ -112,17 +112,22 @@ def test_iam_policy_has_no_wildcard_action_and_scopes_what_can_be_scoped():
     actions = [a for st in doc["Statement"] for a in st["Action"]]
     assert all("*" not in a for a in actions), actions
     for need in ("eks:DescribeCluster", "eks:DescribeClusterVersions", "ec2:DescribeImages", "ec2:DescribeInstances",
-                 "ec2:DescribeInstanceTypes", "sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:ReceiveMessage",
-                 "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "s3:PutObject", "s3:GetObject",
-                 "s3:DeleteObject", "sts:AssumeRole"):
+                 "ec2:DescribeInstanceTypes", "sqs:SendMessage", "sqs:GetQueueAttributes", "s3:PutObject",
+                 "s3:GetObject", "s3:DeleteObject", "sts:AssumeRole"):
         assert need in actions, need
+    # The KEDA probe sends and looks, never receives: SQS cannot limit a receive, delete or visibility change to the
+    # probe's own message, so the role may make none of them on a work queue.
+    for never in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:PurgeQueue"):
+        assert never not in actions, never
     for st in doc["Statement"]:
         assert st["Effect"] == "Allow"
         if st["Resource"] == "*":
             assert set(st["Action"]) <= set(DESCRIBE_ONLY_ACTIONS), st
             assert st["Condition"] == {"StringEquals": {"aws:RequestedRegion": "us-east-1"}}
     (objects,) = [st for st in doc["Statement"] if "s3:PutObject" in st["Action"]]
-    assert objects["Resource"] == ["arn:aws:s3:::gpuburst-dev-results/results/gpuburst-verify/*"]
+    # Only the probe objects (`.txt`): a work message verify sends cannot have the worker write a slide's overlay or
+    # preview (`.overlay.ome.tif`, `.preview.png`, `.json`) anywhere verify may read.
+    assert objects["Resource"] == ["arn:aws:s3:::gpuburst-dev-results/results/gpuburst-verify/*.txt"]
 
 
 def test_no_assume_role_without_worker_roles():
@@ -242,3 +247,31 @@ def test_component_refuses_no_guarded_versions_and_open_egress():
         run_under_mocks(lambda: VerifyRunner("v", _args(guarded_versions={})))
     with pytest.raises(ConfigError):
         run_under_mocks(lambda: VerifyRunner("v", _args(egress_cidrs=("0.0.0.0/0",))))
+
+
+def test_component_declares_the_admission_rule_before_any_right_to_create_jobs():
+    from components.spec import verify_admission as va
+
+    res = run_under_mocks(lambda: VerifyRunner("v", _args(
+        probe_service_accounts=["slides-worker"], probe_env_names=["QUEUE_URL"],
+        ci_principal_arn=f"arn:aws:iam::{FAKE_ACCOUNT}:role/ci")))
+    (vap,) = res.monitor.by_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    (vapb,) = res.monitor.by_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    (params,) = [r for r in res.monitor.by_type("kubernetes:core/v1:ConfigMap")
+                 if r.properties["metadata"]["name"] == va.ADMISSION_NAME]
+    assert vap.properties["spec"] == va.admission_policy_manifest("gpuburst")["spec"]
+    assert vapb.properties["spec"] == va.admission_binding_manifest("gpuburst")["spec"]
+    assert params.properties["metadata"]["namespace"] == "gpuburst"
+    data = params.properties["data"]
+    assert data["image"] == WORKER_IMAGE and data["resultsBucket"] == "b"
+    assert {"serviceAccount.slides-worker", "env.QUEUE_URL", "env.HOME"} <= set(data)
+    urn = {r.name: r.urn for r in res.registrations}
+    admission_binding = urn["v-admission-binding"]
+    assert set(next(r for r in res.registrations if r.name == "v-admission-binding").dependencies) >= {
+        urn["v-admission"], urn["v-admission-params"]}
+    gated = [r for r in res.registrations if r.type in (
+        "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "aws:eks/accessEntry:AccessEntry")]
+    assert len(gated) == 5
+    for r in gated:
+        assert admission_binding in r.dependencies, r.name

@@ -244,3 +244,11 @@ def test_the_pause_image_can_be_the_stacks_mirror():
     mirror = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuburst-dev/mirror/kubernetes/pause:3.10@sha256:" + "e" * 64
     pod = placeholder_deployment_manifest("gpuburst", pause_image=mirror)["spec"]["template"]["spec"]
     assert [c["image"] for c in pod["containers"]] == [mirror]
+
+
+def test_placeholders_hold_nodes_of_the_workers_own_nodepool():
+    d = placeholder_deployment_manifest("gpuburst", nodepool="gpu")
+    worker = hardened_pod_spec(WorkerPodSettings(image=IMAGE), command=["x"], queue_url="q",
+                               service_account_name="sa", restart_policy="Never", nodepool="gpu")
+    assert d["spec"]["template"]["spec"]["nodeSelector"] == worker["nodeSelector"] == {
+        **GPU_NODE_SELECTOR, "karpenter.sh/nodepool": "gpu"}

@@ -133,7 +133,8 @@ def pod(sa: str = "slides-worker", ephemeral: str = "52Gi") -> dict:
     return {"serviceAccountName": sa, "restartPolicy": "Never",
             "containers": [{"name": "worker", "image": "registry.example/worker@sha256:" + "0" * 64,
                             "resources": {"requests": dict(amounts), "limits": dict(amounts)}}],
-            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            # Tied to the fragment's NodePool 'gpu' (worker-nodepool), still any GPU type of it.
+            "nodeSelector": {"nvidia.com/gpu.present": "true", "karpenter.sh/nodepool": "gpu"},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
 
 
@@ -171,7 +172,7 @@ def association(sa: str = "slides-worker", ns: str = "gpu", cluster: str = "plat
 
 def existing_keda(**over) -> dict:
     return {"version": catalogue.KEDA_VERSION, "namespace": "keda", "operatorServiceAccount": "keda-operator",
-            "operatorRoleArn": OPERATOR_ARN, "scalerRolePath": SCALER_PATH, **over}
+            "operatorRoleArn": OPERATOR_ARN, "scalerRolePath": SCALER_PATH, "watchNamespaces": ["gpu"], **over}
 
 
 def existing_karpenter(**over) -> dict:

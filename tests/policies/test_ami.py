@@ -77,3 +77,41 @@ def test_over_grpc_with_config_overrides(analyze, samples):
     assert analyze(doc, {rule.NAME: {"enforcementLevel": "disabled"}}).by_policy(rule.NAME) == []
     unknown = analyze(samples.plan((samples.T_NODECLASS, nc(samples, [{"alias": samples.U}]))))
     assert [d.level for d in unknown.by_policy(rule.NAME)] == ["MANDATORY"]
+
+
+# -- ec2nodeclass-selector-terms: no empty term (Karpenter 1.14.4 ignores it) -----------------------------------------
+
+def selector(run_rule, samples, props) -> list[str]:
+    return run_rule(rule.SELECTOR_POLICY, samples.T_NODECLASS, props)
+
+
+@pytest.mark.parametrize("field,terms,expected", [
+    ("subnetSelectorTerms", [{"tags": {}}], "spec.subnetSelectorTerms[0] = {tags: {}}: an empty tags map"),
+    ("amiSelectorTerms", [{"name": "", "owner": "amazon"}],
+     'spec.amiSelectorTerms[0] = {name: "", owner: amazon}: an empty name'),
+    ("securityGroupSelectorTerms", [{"tags": {"karpenter.sh/discovery": "dev"}}, {"name": " "}],
+     'spec.securityGroupSelectorTerms[1] = {name: ""}: an empty name'),
+    ("amiSelectorTerms", [{"ssmParameter": ""}],
+     'spec.amiSelectorTerms[0] = {ssmParameter: ""}: an empty ssmParameter'),
+    ("capacityReservationSelectorTerms", [{"tags": {}, "ownerID": "123456789012"}],
+     "spec.capacityReservationSelectorTerms[0] = {tags: {}, ownerID: 123456789012}: an empty tags map"),
+], ids=["empty-subnet-tags", "empty-ami-name", "one-empty-sg-name", "empty-ssm", "empty-reservation-tags"])
+def test_an_empty_selector_term_fails_in_one_line_naming_the_term(run_rule, samples, field, terms, expected):
+    props = samples.nodeclass()
+    props["spec"][field] = terms
+    (message,) = selector(run_rule, samples, props)
+    assert message.startswith(expected) and "Karpenter 1.14.4 ignores such a term" in message
+    assert "\n" not in message
+
+
+def test_the_stack_s_terms_pass_the_selector_rule(run_rule, samples, dev_plan):
+    assert selector(run_rule, samples, samples.nodeclass()) == []
+    (nodeclass,) = [r["properties"] for r in dev_plan["resources"] if r["type"] == samples.T_NODECLASS]
+    assert selector(run_rule, samples, nodeclass) == []
+
+
+def test_unknown_selector_values_are_reported(run_rule, samples):
+    props = samples.nodeclass()
+    props["spec"]["subnetSelectorTerms"] = [{"tags": samples.U}]
+    (message,) = selector(run_rule, samples, props)
+    assert "spec.subnetSelectorTerms[0].tags is unknown" in message

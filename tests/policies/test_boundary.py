@@ -16,6 +16,8 @@ from tests.policies import fragments as F
 DEVICE_PLUGIN_LINE = "the NVIDIA device plugin is not in this plan: could not check that it runs on NodePool 'gpu'"
 NETPOL_LINE = ("the cluster is not in this plan: could not check that its VPC CNI enforces NetworkPolicies "
                "(NetworkPolicy gpu/default-deny, NetworkPolicy gpu/slides-worker are inert otherwise)")
+WATCH_LINE = ("ScaledJob gpu/slides is scaled by the KEDA another stack runs, which is not in this plan: could not "
+              "check that it watches this namespace")
 ROLE_LINE = (f"TriggerAuthentication gpu/x-auth spec.podIdentity.roleArn = '{F.OUTSIDE_ROLE_ARN}' is a role from "
              "another stack: could not check that it trusts the KEDA operator or may read the queue")
 
@@ -87,8 +89,10 @@ def test_the_workload_fragment_without_references_says_each_missing_end_once():
     plan = F.workload(refs=False, scaler_role=False)
     assert mandatory(plan) == {}
     lines = advisories(plan)
-    assert len(lines) == 5, lines
+    assert len(lines) == 6, lines
     one(lines, DEVICE_PLUGIN_LINE)
+    watch = one(lines, WATCH_LINE)
+    assert "declare ExistingKeda watchNamespaces or set policy config kedaWatchNamespaces" in watch
     netpol = one(lines, NETPOL_LINE)
     assert "declare ExistingCluster networkPolicyEnforced or set policy config networkPolicyEnforced on " \
            "network-policy-enforced and outside-this-stack" in netpol
@@ -191,7 +195,7 @@ def test_a_scaling_strategy_the_existing_keda_rejects_is_mandatory():
 def test_policy_config_facts_stand_for_the_references():
     plan = F.workload(refs=False)
     config = {"devicePlugin": True, "nodeClassRootVolumeGiB": {"gpu": 100}, "kedaVersion": "2.20.2",
-              "kedaOperatorRoleArn": F.OPERATOR_ARN, "networkPolicyEnforced": True}
+              "kedaOperatorRoleArn": F.OPERATOR_ARN, "networkPolicyEnforced": True, "kedaWatchNamespaces": ["gpu"]}
     assert mandatory(plan, config) == {}
     (line,) = advisories(plan, config)
     assert "the NVIDIA device plugin runs on the cluster (policy config devicePlugin: true)" in line
@@ -283,7 +287,7 @@ def test_the_issue_fragment_over_grpc_passes_with_advisories_only(analyze):
     report = analyze(F.workload(refs=False, scaler_role=False))
     assert report.mandatory == [], "\n".join(d.line() for d in report.mandatory)
     lines = [d for d in report.advisory if d.policy == boundary.NAME]
-    assert len(lines) == 5 and all(d.level == "ADVISORY" for d in lines), [d.line() for d in report.diagnostics]
+    assert len(lines) == 6 and all(d.level == "ADVISORY" for d in lines), [d.line() for d in report.diagnostics]
     plugin = one([d.message for d in lines], DEVICE_PLUGIN_LINE)
     assert plugin and {d.urn for d in lines if d.message == plugin} == {F.urn(F.T_NODEPOOL, "gpu-nodepool")}
 
@@ -296,10 +300,10 @@ def test_over_grpc_whole_platform_config_and_facts(analyze):
     assert {"device-plugin-placement", "keda-auth-wiring", "gpu-pod-schedulable"} <= found, found
     assert report.by_policy(boundary.NAME) != []  # the boundary's own config still says partial
     facts = {"devicePlugin": True, "nodeClassRootVolumeGiB": {"gpu": 100}, "kedaVersion": "2.20.2",
-             "networkPolicyEnforced": True}
+             "networkPolicyEnforced": True, "kedaWatchNamespaces": ["gpu"]}
     config = {name: dict(facts) for name in ("device-plugin-placement", "gpu-pod-schedulable",
                                              "gpu-pod-effective-diversity", "keda-pod-identity-provider",
-                                             "network-policy-enforced", boundary.NAME)}
+                                             "network-policy-enforced", "keda-watches-namespace", boundary.NAME)}
     report = analyze(plan, config)
     assert report.mandatory == []
     role, plugin = sorted(report.by_policy(boundary.NAME), key=lambda d: d.message)

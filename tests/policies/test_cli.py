@@ -30,7 +30,10 @@ def test_exit_codes_in_process(tmp_path, capsys):
     bad.write_text(json.dumps({"resources": [{"type": "aws:sqs/queue:Queue", "properties": {}}]}))
     assert cli.main(["check", str(bad)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("MANDATORY sqs-work-queue urn:pulumi:dev::gpuburst::aws:sqs/queue:Queue::queue-0: ")
+    # The policy, the resource's name and the message first; the URN last (a line cut at 240 characters still says
+    # what is wrong where).
+    assert out[0].startswith("MANDATORY sqs-work-queue queue-0: ")
+    assert out[0].endswith(" [urn:pulumi:dev::gpuburst::aws:sqs/queue:Queue::queue-0]")
     assert cli.main(["check", str(tmp_path / "nope.json")]) == 2
 
 

@@ -79,6 +79,8 @@ def test_policy_config_wins_over_a_reference_and_node_classes_merge_by_name():
     ("systemNodeLabels", ["a"], "an object of label to string"),
     ("nodeClassRootVolumeGiB", {"gpu": 0}, "an object of EC2NodeClass name to a positive number of GiB"),
     ("nodeClassRootVolumeGiB", {"gpu": "big"}, "an object of EC2NodeClass name to a positive number of GiB"),
+    ("kedaWatchNamespaces", "lab-tils", "a non-empty list of non-empty strings"),
+    ("kedaWatchNamespaces", [], "a non-empty list of non-empty strings"),
 ])
 def test_a_config_value_of_the_wrong_type_is_one_line_naming_it(key, value, expected):
     with pytest.raises(ValueError) as raised:
@@ -90,7 +92,7 @@ def test_the_config_keys_are_the_documented_ones():
     config_keys = {k for k, f in FACTS.items() if f.schema is not None}
     assert config_keys == {"kedaVersion", "kedaNamespace", "kedaOperatorServiceAccount", "kedaOperatorRoleArn",
                            "karpenterVersion", "systemNodeLabels", "nodeClassRootVolumeGiB", "devicePlugin",
-                           "networkPolicyEnforced"}
+                           "networkPolicyEnforced", "kedaWatchNamespaces"}
     schema = config_schema("devicePlugin", "nodeClassAmiAlias").properties
     assert set(schema) == {"wholePlatform", "devicePlugin"}  # a reference-only fact has no config key
     assert schema["wholePlatform"]["type"] == "boolean" and schema["devicePlugin"]["type"] == "boolean"

@@ -234,7 +234,9 @@ def test_a_prebuilt_image_that_declares_nothing_is_named_once_as_not_checked():
     assert urn.endswith("ScaledJob::slides-scaledjob")
     assert message.startswith(f"worker image {LAB!r} (ScaledJob gpuburst/slides, Deployment gpuburst/studies) is not "
                               "built in this plan and declares no CUDA")
-    assert "gpuburst:workerImageCuda" in message
+    # A hand-written manifest's fix is its own annotation (tests/policies/test_fixes.py: the platform's and a
+    # component stack's fixes).
+    assert "the pod template annotation gpuburst.io/worker-image-cuda" in message
     assert rule.hardware_findings(resources, FACTS, TORCH, "580") == []  # nothing it could judge
 
 

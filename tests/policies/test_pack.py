@@ -22,13 +22,18 @@ from policies import (
     network,
     nodepool_diversity,
     pack,
+    patterns,
     plan_complete,
+    pod_identity,
     queues,
     rehearsal,
     schedulability,
+    teams,
     trust,
+    verify_admission,
     versions,
     wiring,
+    worker_contract,
     workloads,
 )
 
@@ -38,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_rule_module_is_in_the_pack_with_unique_names():
     assert set(pack.RULE_MODULES) == {nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues,
                                       workloads, wiring, schedulability, hardware, network, namespaces, images,
-                                      trust, buckets, keys, plan_complete, rehearsal, boundary}
+                                      trust, buckets, keys, verify_admission, worker_contract, pod_identity, patterns,
+                                      teams, plan_complete, rehearsal, boundary}
     policies = pack.all_policies()
     names = [p.name for p in policies]
     assert len(names) == len(set(names)) == sum(len(m.POLICIES) for m in pack.RULE_MODULES)
@@ -47,10 +53,14 @@ def test_every_rule_module_is_in_the_pack_with_unique_names():
         assert policy.enforcement_level is not None, policy.name
 
 
-def test_only_the_identity_owner_support_window_session_tags_boundary_and_unchecked_image_rules_are_advisory():
+def test_only_the_tell_dont_block_rules_are_advisory():
     advisory = {p.name for p in pack.all_policies() if p.enforcement_level == EnforcementLevel.ADVISORY}
-    assert advisory == {keda_provider.IDENTITY_OWNER_NAME, versions.SUPPORT_WINDOW_NAME, trust.SESSION_TAGS_NAME,
-                        boundary.NAME, hardware.UNCHECKED_NAME, hardware.DRIVER_UNCHECKED_NAME, rehearsal.UNJUDGED}
+    assert advisory == {keda_provider.IDENTITY_OWNER_NAME, versions.SUPPORT_WINDOW_NAME, versions.NEWER_PATCH_NAME,
+                        trust.SESSION_TAGS_NAME, boundary.NAME, hardware.UNCHECKED_NAME,
+                        hardware.DRIVER_UNCHECKED_NAME, rehearsal.UNJUDGED, patterns.NAME, teams.NODEPOOL_NAME}
+    assert {verify_admission.NAME, ami.SELECTOR_NAME, worker_contract.VISIBILITY_NAME, worker_contract.EGRESS_NAME,
+            pod_identity.NAME, teams.WATCH_NAME} <= {
+        p.name for p in pack.all_policies() if p.enforcement_level == EnforcementLevel.MANDATORY}
 
 
 def test_importing_the_package_builds_no_pack():

@@ -68,6 +68,7 @@ def unknown_everywhere(samples) -> dict:
     nodepool["spec"]["limits"] = U
     nc = samples.nodeclass()
     nc["spec"]["amiSelectorTerms"][0]["alias"] = U
+    nc["spec"]["subnetSelectorTerms"] = [{"tags": U}]   # whether the term is empty is unknown
     ta = samples.trigger_auth()
     ta["spec"]["podIdentity"]["provider"] = U
     sj = samples.scaled_job()
@@ -108,8 +109,21 @@ def unknown_everywhere(samples) -> dict:
     locked_app = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app", "namespace": "locked"},
                   "spec": {"template": {"spec": {"securityContext": U, "containers": [
                       {"name": "app", "image": U, "securityContext": U}]}}}}
+    # A worker whose queue's visibility timeout and whose one HTTPS block (the `workers` policy above) are unknown,
+    # two associations for one ServiceAccount on an unknown cluster, a KEDA whose watched namespaces are unknown.
+    worker = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w", "namespace": "gpu"},
+              "spec": {"template": {"metadata": {"labels": {"app.kubernetes.io/name": "gpuburst-worker"}},
+                                    "spec": {"containers": [{"name": "worker", "image": "i", "env": [
+                                        {"name": "QUEUE_URL", "value": "https://sqs.us-east-1.amazonaws.com/"
+                                                                       "123456789012/slides"},
+                                        {"name": "VISIBILITY_TIMEOUT", "value": "600"}]}]}}}}
+    twins = [{"namespace": "gpu", "serviceAccount": "w", "clusterName": U, "roleArn": "r"} for _ in range(2)]
+    keda = samples.chart("keda")
+    keda["values"] = {"watchNamespace": U}
     namespace = "kubernetes:core/v1:Namespace"
-    return samples.plan((namespace, labelled), (namespace, restricted),
+    return samples.plan((samples.T_DEPLOYMENT, worker), (samples.T_CHART, keda),
+                        *(("aws:eks/podIdentityAssociation:PodIdentityAssociation", t) for t in twins),
+                        (namespace, labelled), (namespace, restricted),
                         (samples.T_DEPLOYMENT, locked_app),
                         (samples.T_NODEPOOL, nodepool), (samples.T_NODECLASS, nc), (samples.T_TA, ta),
                         (samples.T_SCALEDJOB, sj), (samples.T_QUEUE, queue), (samples.T_CHART, crd),
@@ -120,7 +134,12 @@ def unknown_everywhere(samples) -> dict:
                         ("aws:cloudwatch/logGroup:LogGroup", {"name": U, "retentionInDays": 30}),
                         ("aws:iam/role:Role", {"assumeRolePolicy": trust}),
                         ("aws:s3/bucket:Bucket", {"tags": {"gpuburst.io/data-class": U}}),
-                        ("kubernetes:core/v1:PersistentVolume", cache))
+                        ("kubernetes:core/v1:PersistentVolume", cache),
+                        # A binding whose subjects are unknown: does it let the verify identity create Jobs?
+                        ("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", {
+                            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                            "metadata": {"name": "who", "namespace": "gpu"}, "subjects": U,
+                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"}}))
 
 
 def test_over_grpc_every_mandatory_rule_flags_its_unknown_as_mandatory(analyze, samples):

@@ -273,3 +273,30 @@ def test_in_a_partial_plan_a_karpenter_crd_chart_is_paired_with_the_existing_kar
     assert rule.pair_findings(pool, partial()) == []  # a NodePool alone: nothing to pair, nothing said
     (urn, message), = rule.pair_findings(pool, partial(karpenterVersion=BROKEN[0]))
     assert "swapped the AL2023 NVIDIA and Neuron AMI variants" in message and "::kubernetes:karpenter.sh" in urn
+
+
+# -- chart-newer-patch (advisory): what the newer patches of the release's line fix or require ----------------------
+
+def newer(run_rule, samples, props) -> list[str]:
+    return run_rule(rule.NEWER_PATCH_POLICY, samples.T_CHART, props)
+
+
+def test_the_pinned_karpenter_is_told_of_1_14_4_and_its_action_required(run_rule, samples, monkeypatch):
+    monkeypatch.setenv(catalogue.TODAY_ENV, "2026-12-01")
+    for chart in ("karpenter", "keda"):
+        messages = newer(run_rule, samples, samples.chart(chart))
+        assert len(messages) == 1 and messages[0] == (
+            f"version of chart {chart!r}: {catalogue.upgrade_note(chart, catalogue.CHARTS[chart].version)} "
+            "(docs/upgrading.md moves the pin)")
+    (karpenter,) = newer(run_rule, samples, samples.chart("karpenter"))
+    assert "behind 1.14.4" in karpenter and "ACTION REQUIRED" in karpenter and "SpotMaxPriceTooLow" in karpenter
+    assert "supported until Jul 2027" in karpenter
+
+
+def test_nothing_to_tell_at_the_newest_patch_or_for_other_charts(run_rule, samples, monkeypatch):
+    monkeypatch.setenv(catalogue.TODAY_ENV, "2026-12-01")
+    assert newer(run_rule, samples, samples.chart("karpenter", "1.14.4")) == []
+    assert newer(run_rule, samples, samples.chart("karpenter-crd")) == []  # said once, on the controller chart
+    assert newer(run_rule, samples, samples.chart("nvidia-device-plugin")) == []
+    assert newer(run_rule, samples, samples.chart("karpenter", "latest")) == []  # chart-versions reports it
+    assert newer(run_rule, samples, samples.chart("karpenter", samples.U)) == []

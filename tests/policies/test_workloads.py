@@ -240,7 +240,11 @@ def test_a_queue_length_other_than_the_workers_max_messages_fails_naming_both(ru
     (message,) = run_rule(rule.BATCH_POLICY, samples.T_SCALEDJOB, batch_job(samples, "1", "--max-messages", "25"))
     assert message.startswith("spec.triggers[0].metadata.queueLength = '1' but spec.jobTargetRef.template.spec."
                               "containers[0].command[7] (--max-messages) = '25': ")
-    assert "messagesPerJob" in message
+    assert message.endswith("set both to the same number (the trigger's queueLength and the worker's --max-messages)")
+    platform = ("urn:pulumi:dev::gpuburst::gpuburst:index:GpuBurstPlatform$gpuburst:index:GpuScaledJob$"
+                f"{samples.T_SCALEDJOB}::slides-scaledjob")
+    (said,) = rule.batch_problems(batch_job(samples, "1", "--max-messages", "25"), platform)
+    assert said.endswith("(gpuburst:workloads.<name>.messagesPerJob)")
 
 
 def test_an_unset_queue_length_is_keda_s_default(run_rule, samples):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 
 import boto3
-from verify_fakes import FakeKube, karpenter_101_swap_cluster, load
+from verify_fakes import FakeClock, FakeKube, karpenter_101_swap_cluster, load
 
 from components import catalogue
 from components.verify import ami_canary
@@ -159,3 +159,54 @@ class _NoEc2:
         from components.verify.aws import AwsError
 
         raise AwsError("ec2:DescribeImages", ",".join(ids), "UnauthorizedOperation")
+
+
+def _empty_terms(fixture="ec2nodeclass_gpu.json"):
+    """Issue 28's EC2NodeClass: an empty tags map in its only subnet term, an empty name in its only AMI term."""
+    nc = copy.deepcopy(load(fixture))
+    nc["spec"]["subnetSelectorTerms"] = [{"tags": {}}]
+    nc["spec"]["amiSelectorTerms"] = [{"name": "", "owner": "amazon"}]
+    return nc
+
+
+def test_an_empty_selector_term_fails_naming_the_term_even_when_the_images_are_right():
+    from components.spec.selector_terms import empty_selector_terms
+
+    nc = _empty_terms()
+    r = judge(nc)
+    assert r.status == "fail"
+    expected = empty_selector_terms(nc["spec"], base="EC2NodeClass gpu spec")  # config's and the pack's wording
+    assert len(expected) == 2
+    assert r.summary.startswith('2 empty selector terms, first: EC2NodeClass gpu spec.amiSelectorTerms[0] = '
+                                '{name: "", owner: amazon}: an empty name; ')
+    assert len(r.summary) <= 200 and "\n" not in r.summary
+    for line in expected:
+        assert line in r.evidence
+    assert any("EC2NodeClass gpu spec.subnetSelectorTerms[0] = {tags: {}}: an empty tags map" in e for e in r.evidence)
+    assert any(e.startswith("otherwise: EC2NodeClass gpu resolves 4 GPU instance type(s)") for e in r.evidence)
+
+
+def test_empty_terms_lead_and_wrong_images_follow():
+    nc = _empty_terms("ec2nodeclass_gpu_swapped.json")
+    nc["spec"]["amiSelectorTerms"] = [{"alias": "al2023@latest"}]  # only the subnet term is empty
+    r = judge(nc)
+    assert r.status == "fail"
+    assert r.summary.startswith("2 problems, first: EC2NodeClass gpu spec.subnetSelectorTerms[0] = {tags: {}}: ")
+    assert any(e.startswith("4 of NodePool gpu's 4 GPU type(s) get the al2023 neuron image") for e in r.evidence)
+
+
+def test_an_empty_term_alone_does_not_stop_the_gpu_job_but_a_wrong_image_does():
+    from components.verify import checks
+
+    for nodeclass, blocked in ((_empty_terms(), False), (_empty_terms("ec2nodeclass_gpu_swapped.json"), True)):
+        kube = FakeKube(nodes=[], nodepools=[load("nodepool_gpu.json")], nodeclasses=[nodeclass])
+        ctx = Context(settings=VerifySettings(nodepool="gpu", region="us-east-1", worker_image="img", timeout_s=60),
+                      kube=kube, clock=FakeClock(), aws_factory=lambda region: _NoEc2())
+        results = {r.name: r for r in checks.run_checks(ctx, only=("ami-canary", "gpu-job"))}
+        assert results["ami-canary"].status == "fail"
+        if blocked:
+            assert results["gpu-job"].status == "skipped" and kube.created == []
+            assert "4 of NodePool gpu's 4 GPU type(s)" in results["gpu-job"].summary
+        else:  # the Job ran (and, with nothing playing the cluster, waited out its deadline)
+            assert [j["metadata"]["name"][:20] for j in kube.created] == ["gpuburst-verify-gpu-"]
+            assert results["gpu-job"].status == "fail"

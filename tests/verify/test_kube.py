@@ -5,9 +5,10 @@ import socket
 import time
 
 import pytest
-from verify_fakes import FakeApiServer, FakeKube, items, load, write_kubeconfig
+from verify_fakes import FakeApiServer, FakeKube, items, load, policy_denial, write_kubeconfig
 
-from components.verify.kube import KubeError, KubeUnreachable, connect
+from components.spec.verify_admission import ADMISSION_NAME
+from components.verify.kube import KubeError, KubeUnreachable, admission_refusal, connect
 
 
 @pytest.fixture
@@ -145,3 +146,41 @@ def test_nodeclaims_are_listed_cluster_wide(tmp_path):
     assert [n["metadata"]["name"] for n in ncs] == ["gpu-x8v2c", "gpu-q5t7w", "gpu-warm1"]
     assert ncs[0]["status"]["conditions"][1]["type"] == "Registered"
     assert "GET /apis/karpenter.sh/v1/nodeclaims" in server.requests
+
+
+def _job(name: str = "gpuburst-verify-gpu-x") -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "gpuburst"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "b"}]}}}}
+
+
+@pytest.mark.parametrize("code", [403, 422])
+def test_a_refusal_by_verifys_admission_rule_says_so_quoting_the_rule(served, code):
+    kube, _, k = served
+    kube.job_admission = lambda job: policy_denial(job, ADMISSION_NAME, "a verify probe mounts emptyDir volumes only",
+                                                   code=code)
+    with pytest.raises(KubeError) as e:
+        k.create_job("gpuburst", _job())
+    assert str(e.value) == (f"verify's admission rule (ValidatingAdmissionPolicy {ADMISSION_NAME}) refused the probe "
+                            "Job: a verify probe mounts emptyDir volumes only (give the stack's --image by digest and "
+                            "--namespace, or --stack)")
+    assert kube.jobs == []
+
+
+def test_a_missing_params_configmap_is_named():
+    text = (f'create job in gpuburst: 403 Forbidden: jobs.batch "x" is forbidden: ValidatingAdmissionPolicy '
+            f"'{ADMISSION_NAME}' with binding '{ADMISSION_NAME}' denied request: failed to configure binding: no "
+            "params found for policy binding with `Deny` parameterNotFoundAction")
+    line = admission_refusal(text, "gpuburst")
+    assert line is not None
+    assert line.startswith(f"verify's admission rule (ValidatingAdmissionPolicy {ADMISSION_NAME}) refused the probe "
+                           f"Job: its params ConfigMap gpuburst/{ADMISSION_NAME} was not found")
+
+
+def test_other_refusals_stay_as_the_api_said(served):
+    kube, _, k = served
+    kube.job_admission = lambda job: policy_denial(job, "someone-elses-policy", "no latest tags")
+    with pytest.raises(KubeError) as e:
+        k.create_job("gpuburst", _job())
+    assert str(e.value).startswith("create job in gpuburst: 403 Forbidden: jobs.batch \"gpuburst-verify-gpu-x\" is "
+                                   "forbidden: ValidatingAdmissionPolicy 'someone-elses-policy'")
+    assert admission_refusal('403 Forbidden: User "ci" cannot create resource "jobs"', "gpuburst") is None

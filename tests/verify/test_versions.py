@@ -49,9 +49,38 @@ def judge(karpenter=None, crd_version=catalogue.CHARTS["karpenter-crd"].version,
 
 
 def test_pinned_cluster_passes():
+    pin = catalogue.CHARTS["karpenter"].version
     r = judge()
     assert r.status == "pass", r
-    assert f"karpenter {catalogue.CHARTS['karpenter'].version}," in r.summary
+    assert r.evidence[0].startswith(f"karpenter {pin}, ") and r.evidence[0].endswith("match its pins"), r.evidence
+    newer = catalogue.newer_patches("karpenter", pin)
+    if newer:  # the pin is behind its line: the pass says so first (informational)
+        assert r.summary.startswith(f"all pass and match the pins; karpenter {pin} is behind {newer[-1].version}, ")
+    else:
+        assert r.summary.startswith(f"karpenter {pin}, "), r.summary
+
+
+def test_a_karpenter_behind_its_lts_lines_newest_patch_is_news_not_a_failure():
+    """Issue 28: 1.14.4 is the newest patch of the 1.14 LTS line; it carries an Action Required (empty selector terms
+    are ignored). Judged through the catalogue's release lines, on the fake clock's day."""
+    evidence: list[str] = []
+    news = versions.release_line_news((("karpenter", "1.14.1"), ("keda", None)), TODAY, evidence)
+    assert news == ["karpenter 1.14.1 is behind 1.14.4, its line's newest patch (the karpenter 1.14 LTS line is "
+                    "supported until Jul 2027); ACTION REQUIRED in 1.14.4"]
+    assert evidence[0] == "karpenter 1.14.1: the karpenter 1.14 LTS line is supported until Jul 2027"
+    assert evidence[1] == f"upgrade: {catalogue.upgrade_note('karpenter', '1.14.1', TODAY)}"
+    assert evidence[2].startswith(f"karpenter 1.14.4 ACTION REQUIRED before upgrading: "
+                                  f"{catalogue.KARPENTER_EMPTY_SELECTOR_TERMS} (source: ")
+    assert len(evidence) == 3  # one ACTION REQUIRED (1.14.2 and 1.14.3 have none); no KEDA version, no KEDA line
+
+
+def test_the_newest_patch_of_a_supported_lts_line_has_no_news_and_an_ended_line_says_so():
+    evidence: list[str] = []
+    assert versions.release_line_news((("karpenter", "1.14.4"),), TODAY, evidence) == []
+    assert evidence == ["karpenter 1.14.4: the karpenter 1.14 LTS line is supported until Jul 2027"]
+    later = date(2027, 8, 1)
+    assert versions.release_line_news((("karpenter", "1.14.4"),), later, []) == [
+        "karpenter 1.14.4: the karpenter 1.14 LTS line left support after Jul 2027"]
 
 
 def test_karpenter_1_0_1_found_in_the_cluster_fails_with_the_catalogue_reason():

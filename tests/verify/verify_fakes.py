@@ -170,6 +170,8 @@ class FakeKube:
         self.deleted: list[str] = []
         self.on_get_job: Callable | None = None
         self.on_list_jobs: Callable | None = None
+        self.job_admission: Callable[[dict], tuple[int, dict] | None] | None = None
+        """Served over HTTP only: manifest -> (HTTP code, Status) when admission refuses the Job, None to admit."""
         self.host = "https://fake.example"
         self.leases: dict[tuple[str, str], dict] = {}
         """coordination.k8s.io/v1 Leases by (namespace, name); writes check metadata.resourceVersion like the API."""
@@ -354,8 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
              lambda ns: self._send(200, _as_list("Job", k.list_jobs(ns, label_selector=ls)))),
             ("GET", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)",
              lambda ns, name: one(k.get_job(ns, name), f"jobs.batch {name!r}")),
-            ("POST", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs",
-             lambda ns: self._send(201, k.create_job(ns, self._body()))),
+            ("POST", r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs", lambda ns: self._create_job(ns)),
             ("GET", r"/apis/coordination.k8s.io/v1/namespaces/(?P<ns>[^/]+)/leases/(?P<name>[^/]+)",
              lambda ns, name: one(k.get_lease(ns, name), f"leases.coordination.k8s.io {name!r}")),
             ("POST", r"/apis/coordination.k8s.io/v1/namespaces/(?P<ns>[^/]+)/leases",
@@ -379,6 +380,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _body(self) -> dict:
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length) or b"{}")
+
+    def _create_job(self, namespace: str) -> None:
+        body = self._body()
+        refused = self.kube.job_admission(body) if self.kube.job_admission else None
+        if refused is not None:
+            self._send(*refused)
+        else:
+            self._send(201, self.kube.create_job(namespace, body))
 
     def _lease_write(self, code: int, write: Callable, *args: str) -> None:
         from components.verify.kube import KubeConflict
@@ -438,6 +447,19 @@ def write_kubeconfig(folder: Path, server: str) -> Path:
         "users": [{"name": "test", "user": {"token": "not-a-real-token"}}],
     }))
     return path
+
+
+def policy_denial(job: dict, policy: str, message: str, *, code: int = 403) -> tuple[int, dict]:
+    """A ValidatingAdmissionPolicy refusing `job`, as the API server answers it (kubernetes apiserver, admission/plugin/
+    policy/validating/dispatcher.go: admission.NewForbidden with the policy's message; code 403 for a validation whose
+    reason is Forbidden, 422 for the default Invalid)."""
+    name = job["metadata"]["name"]
+    cause = f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: {message}"
+    reason = "Forbidden" if code == 403 else "Invalid"
+    return code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                  "message": f'jobs.batch "{name}" is forbidden: {cause}', "reason": reason,
+                  "details": {"name": name, "group": "batch", "kind": "jobs", "causes": [{"message": cause}]},
+                  "code": code}
 
 
 def identity_probe_log(*, denied: dict[str, str] | None = None,

@@ -104,12 +104,16 @@ def test_model_finds_the_structures(run):
     assert (pred[~tissue] > 0).mean() < 0.001
 
 
-def test_preview_is_a_colour_png(run):
+def test_preview_is_a_colour_png_of_the_slide_beside_its_classes(run):
     _, out, _, _ = run
     img = imagecodecs.png_decode((out / "S-1.preview.png").read_bytes())
-    assert img.ndim == 3 and img.shape[2] == 3 and max(img.shape[:2]) <= 1024 and max(img.shape[:2]) >= 512
-    blue = (img[..., 2] > img[..., 0] + 60)  # nuclei tint
-    assert blue.any()
+    assert img.ndim == 3 and img.shape[2] == 3 and 512 <= img.shape[0] and img.shape[1] <= 2 * 1024 + 3 * 16
+    h, w = img.shape[:2]
+    panels = img[: int(h * 0.8)]  # above the legend
+    slide, classes = panels[:, : w // 2], panels[:, w // 2:]
+    assert (slide[..., 2] > slide[..., 0] + 60).any()  # the slide as scanned: its nuclei's hematoxylin tint
+    yellow = (classes[..., 0] > 200) & (classes[..., 1] > 180) & (classes[..., 2] < 80)
+    assert yellow.any()  # the nuclei class, in a colour no stain takes (worker/preview.py)
 
 
 def test_every_tile_without_skipping(model, tmp_path):

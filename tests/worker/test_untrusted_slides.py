@@ -4,9 +4,9 @@ replaced by a package that records its import and fails it)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -65,24 +65,37 @@ def forbidden(tmp_path_factory) -> dict[str, str]:
     return env
 
 
+LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_pid, status, usage = os.wait4(pid, 0)
+with open(os.environ["PEAK_RSS_FILE"], "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status) % 256)
+"""
+"""Forks the worker from a small process and reports that child's own peak RSS. On Linux a child's ru_maxrss starts
+from the RSS of the process it was forked from (exec keeps the larger high-water mark), so a worker forked straight
+from a pytest process that has grown to a gigabyte over a long run would report the pytest process's size."""
+
+
 def _infer(slide: Path, out: Path, env: dict[str, str]) -> tuple[int, str, int]:
     """Run `python -m worker infer` on `slide`; (exit code, stderr, peak RSS in bytes of that process alone)."""
     log = out.parent / f"{slide.name}.stderr"
+    peak = out.parent / f"{slide.name}.peak-rss"
     with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "worker", "infer", str(slide), "--out", str(out),
-                                 "--device", "cpu"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    timer = threading.Timer(TIMEOUT_S, proc.kill)  # a hang ends as a kill (-9), which the caller reports
-    timer.start()
+        proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, sys.executable, "-m", "worker", "infer",
+                                 str(slide), "--out", str(out), "--device", "cpu"], cwd=ROOT,
+                                env={**env, "PEAK_RSS_FILE": str(peak)}, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)  # its own process group: a timeout kills launcher and worker
     try:
-        _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (RUSAGE_CHILDREN would mix others)
+        proc.wait(timeout=TIMEOUT_S)
     except BaseException:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         raise
-    finally:
-        timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, log.read_text(), usage.ru_maxrss * 1024  # Linux reports KiB
+    return proc.returncode, log.read_text(), int(peak.read_text()) * 1024  # Linux reports KiB
 
 
 def test_the_forbidden_packages_do_fail_their_import(forbidden):

@@ -294,8 +294,59 @@ def test_a_chart_missing_from_the_cache_gives_one_line_a_shallow_plan_and_a_mand
 def test_pull_if_missing_touches_no_network_when_every_chart_is_cached(tmp_path):
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"))
     env.pop("GPUBURST_CHARTS", None)
-    r = subprocess.run([sys.executable, "-m", "components", "charts", "pull", "--if-missing"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith(f"charts: all {len(catalogue.CHARTS)} pinned charts are in the chart cache")
+    for extra, said in (([], "charts the stack renders"), (["--all"], "pinned charts")):
+        r = subprocess.run([sys.executable, "-m", "components", "charts", "pull", "--if-missing", *extra], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith(f"charts: all {len(catalogue.CHARTS)} {said} are in the chart cache"), r.stdout
+        assert r.stderr == "", r.stderr
     assert not (tmp_path / "xdg" / "gpuburst" / "charts").exists()  # nothing pulled, nothing written
+
+
+def test_pull_for_a_stack_that_renders_no_chart_needs_nothing_and_no_network(tmp_path):
+    # A workload stack (Existing* references): its program runs offline, and an empty cache is enough.
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"), GPUBURST_CHARTS=str(tmp_path / "empty"))
+    for extra in ([], ["--if-missing"]):
+        r = subprocess.run([sys.executable, "-m", "components", "charts", "pull", "--stack", "lab", "--project-dir",
+                            str(ROOT / "examples" / "another-team"), *extra], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "charts: stack lab renders no Helm chart: nothing to pull", r.stdout
+        assert r.stderr == "", r.stderr
+    assert not (tmp_path / "empty").exists() and not (tmp_path / "xdg").exists()
+
+
+def test_pull_for_a_stack_that_cannot_run_is_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "components", "charts", "pull", "--stack", "nope", "--project-dir",
+                        str(ROOT / "examples" / "another-team")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("charts pull: ") and "Pulumi.nope.yaml" in r.stderr
+
+
+def test_the_charts_a_plan_renders_are_its_charts_at_their_versions_and_repositories(dev):
+    pins = charts.charts_of(dev["plan"]["resources"])
+    assert [(p.chart, p.version) for p in pins] == sorted((p.chart, p.version) for p in catalogue.CHARTS.values())
+    assert {p.chart: p.repository for p in pins} == {p.chart: p.repository for p in catalogue.CHARTS.values()}
+    # Another version than the catalogue's is pulled at that version; an unknown input is left out; no Chart, none.
+    (keda,) = [r for r in dev["plan"]["resources"] if r["type"] == charts.CHART_TYPE and r["properties"]["chart"]
+               == "keda"]
+    older = {**keda, "properties": {**keda["properties"], "version": "2.19.0"}}
+    unknown = {**keda, "properties": {**keda["properties"], "values": {"x": UNKNOWN}}}
+    assert [(p.chart, p.version, p.repository) for p in charts.charts_of([older, unknown])] == \
+        [("keda", "2.19.0", catalogue.CHARTS["keda"].repository)]
+    assert charts.charts_of([r for r in dev["plan"]["resources"] if r["type"] != charts.CHART_TYPE]) == []
+
+
+@needs_charts
+def test_rendering_without_helm_python_sdk_is_one_line_naming_the_platform_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "helm_python", None)  # as in an install without the platform extra
+    pin = catalogue.CHARTS["keda"]
+    with pytest.raises(charts.ChartError) as e:
+        charts.render_objects(charts.SHARED_CHARTS / charts.archive_name(pin.chart, pin.version), {}, "keda", "keda",
+                              skip_crds=False)
+    assert str(e.value) == ('rendering a Helm chart offline needs helm-python-sdk, which is not installed here: '
+                            'pip install "gpuburst[platform]"')
+    assert charts.shallow_fix({"reason": f"render failed: {e.value}"}, "gpuburst") == ""
+    assert "charts pull --if-missing" in charts.shallow_fix({"reason": "keda-2.20.2.tgz not in the chart cache x"},
+                                                            "gpuburst")

@@ -27,3 +27,23 @@ def test_an_error_after_registrations_leaves_no_loop_open_and_the_next_run_works
     assert _open_idle_loops() == []
     res = run_under_mocks(lambda: aws.sqs.Queue("after"))
     assert [r.name for r in res.monitor.by_type("aws:sqs/queue:Queue")] == ["after"]
+
+
+def test_the_programs_log_lines_are_kept_in_order_and_handed_over_as_they_come():
+    import pulumi
+
+    from components.synth.mocks import LogLine
+
+    seen: list[LogLine] = []
+
+    def program():
+        queue = aws.sqs.Queue("q")
+        pulumi.log.info("chose the consumer: ordered work")
+        pulumi.log.warn("kubernetesVersion 1.34: standard support ends soon", queue)  # attached to a resource
+        pulumi.log.debug("left out, as the CLI does without --debug")
+
+    res = run_under_mocks(program, on_log=seen.append)
+    assert res.logs == [LogLine("info", "chose the consumer: ordered work"),
+                        LogLine("warning", "kubernetesVersion 1.34: standard support ends soon")]
+    assert seen == res.logs and [str(line) for line in seen][0] == "info: chose the consumer: ordered work"
+    assert run_under_mocks(lambda: aws.sqs.Queue("quiet")).logs == []  # a run's lines never leak into the next

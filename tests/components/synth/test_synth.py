@@ -24,6 +24,18 @@ def test_summary_is_printed(dev):
     assert "Resources by type" in dev["stdout"] and catalogue.KARPENTER_VERSION in dev["stdout"]
 
 
+def test_summary_names_the_newest_patch_of_the_pinned_karpenter_line_and_its_action_required(dev):
+    section = dev["stdout"].split("Release lines (components/catalogue/lines.py", 1)[1].split("\n\n", 1)[0]
+    newest = catalogue.newest_patch("karpenter", catalogue.KARPENTER_VERSION)
+    assert newest.version == "1.14.4"
+    assert (f"karpenter {catalogue.KARPENTER_VERSION}: "
+            f"{catalogue.line_support('karpenter', catalogue.KARPENTER_VERSION)}; "
+            f"newest patch {newest.version} (behind it)") in section
+    assert "the karpenter 1.14 LTS line" in section and "Jul 2027" in section
+    assert f"ACTION REQUIRED: {newest.action_required}" in section and "1.14.3: classify SpotMaxPriceTooLow" in section
+    assert "keda 2.20.2:" in section and "newer line 2.21 (no LTS scheme, newest 2.21.1)" in section
+
+
 def test_resources_sorted_by_urn_with_required_fields(dev):
     urns = [r["urn"] for r in dev["plan"]["resources"]]
     assert urns == sorted(urns)
@@ -459,3 +471,44 @@ def test_the_dev_plan_holds_the_verify_runner_with_its_table_and_hook_job(dev):
     assert stack["gpuburst:vpcCidr"] in cidrs and "0.0.0.0/0" not in cidrs
     assert any(r["type"] == "aws:eks/podIdentityAssociation:PodIdentityAssociation"
                and r["properties"]["serviceAccount"] == RUNNER_NAME for r in plan["resources"])
+
+
+# -- what the synth prints (issue 30) ----------------------------------------------------------------------------------
+
+def test_the_programs_log_lines_are_shown_on_stderr(tmp_path):
+    project = tmp_path / "lab"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text("name: lab\nruntime: python\n")
+    (project / "Pulumi.dev.yaml").write_text("config:\n  aws:region: eu-west-1\n")
+    (project / "__main__.py").write_text(
+        "import pulumi\nimport pulumi_aws as aws\n"
+        "q = aws.sqs.Queue('q')\n"
+        "pulumi.log.info('lab: chose the consumer (ordered work)')\n"
+        "pulumi.log.warn('lab: egress_cidrs left out', q)\n")
+    proc = run_synth(tmp_path / "out", "--project-dir", str(project), "--stack", "dev")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["info: lab: chose the consumer (ordered work)",
+                                        "warning: lab: egress_cidrs left out"], proc.stderr
+
+
+def test_a_reader_that_stops_early_ends_the_synth_quietly(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    # The reader closes the pipe before the summary is written, as `... | head -1` does once it has its line.
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "components", "synth", "--stack", "dev", "--out",
+                             str(tmp_path / "out")], cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    os.close(write_end)
+    os.close(read_end)
+    try:
+        err = proc.communicate(timeout=300)[1].decode()
+        code = proc.returncode
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert code == 141, err  # 128 + SIGPIPE, as a shell reports a tool the signal ended

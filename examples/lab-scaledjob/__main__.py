@@ -1,0 +1,93 @@
+"""The cyto-slides workload stack: a KEDA ScaledJob running a lab's own model on the platform's cluster.
+
+Pattern: a GpuScaledJob (independent, stateless slides that arrive in bursts; one Job takes up to 5 messages and
+exits, so the 5 slides share one model load). The pods fetch the lab's model from S3, pinned by its SHA-256
+(`ModelMount`). KEDA, Karpenter, the device plugin and the EC2NodeClass belong to the platform stack: this one
+references them (`Existing*`), so every manifest is checked against what really runs there and the policy pack,
+run on this plan alone, says in advisories what lives outside it. Walk-through: docs/workload-stack.md.
+"""
+import pulumi
+
+from gpuburst import (
+    DataKey,
+    DataKeyArgs,
+    DeployAccess,
+    ExistingCluster,
+    ExistingClusterArgs,
+    ExistingKarpenter,
+    ExistingKarpenterArgs,
+    ExistingKeda,
+    ExistingKedaArgs,
+    ExistingNodeClass,
+    GpuNodePool,
+    GpuNodePoolArgs,
+    GpuScaledJob,
+    GpuScaledJobArgs,
+    ModelMount,
+    ScaledJobSettings,
+    WorkerPodSettings,
+    WorkloadFacts,
+    WorkloadNamespace,
+    WorkloadNamespaceArgs,
+    WorkQueue,
+    WorkQueueArgs,
+)
+
+cfg = pulumi.Config()
+region = pulumi.Config("aws").require("region")
+namespace = cfg.require("namespace")
+node_class = cfg.require("nodeClass")
+worker_role_path = "/cyto-slides/workers/"  # the lab's key lets roles under this path use it through SQS
+messages_per_job = 5
+
+# What the platform stack runs: referenced, never installed a second time.
+cluster = ExistingCluster("platform", ExistingClusterArgs(
+    cluster_name=cfg.require("clusterName"), network_policy_enforced=True,
+    node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"))}))
+keda = ExistingKeda("keda", ExistingKedaArgs(version=cfg.require("kedaVersion"),
+                                            operator_role_arn=cfg.require("kedaOperatorRoleArn"),
+                                            watch_namespaces=cfg.require_object("kedaWatchNamespaces")))
+karpenter = ExistingKarpenter("karpenter", ExistingKarpenterArgs(version=cfg.require("karpenterVersion")))
+
+# The lab's namespace: Pod Security `restricted`, default-deny NetworkPolicy, and a quota of 4 GPUs at once.
+ns = WorkloadNamespace("cyto", WorkloadNamespaceArgs(name=namespace, gpus=4))
+
+# Who deploys this stack and from where: the pack and `rehearse` judge the key's and the queue's policies by it.
+access = DeployAccess("deploy", cfg.require_object("deploy"))
+key = DataKey("cyto", DataKeyArgs(alias="alias/cyto-slides-data", worker_role_path=worker_role_path,
+                                  deploy_model=access.model))
+queue = WorkQueue("cyto", WorkQueueArgs(name="cyto-slides", expected_processing_s=240, kms_key_id=key.key_arn,
+                                        alarm_emails=cfg.require_object("alarmEmails")))
+
+# The lab's own GPU pool on the platform's node class: a family of sizes (never one type), capped at 4 GPUs.
+pool = GpuNodePool("cyto", GpuNodePoolArgs(nodeclass_name=node_class, nodepool_name="cyto-slides", gpu_limit=4,
+                                           instance_types=["g5.2xlarge", "g6.2xlarge", "g6e.2xlarge"],
+                                           karpenter=karpenter))
+
+facts = WorkloadFacts(items_independent=True, state_across_messages=False, ordered=False, model_load_s=40,
+                      seconds_per_item=90, burst_items=400, max_replicas=4)
+model = cfg.require_object("model")
+job = GpuScaledJob("cyto", GpuScaledJobArgs(
+    cluster_name=cluster.cluster_name, keda=keda, namespace=ns.name, facts=facts,
+    nodepool=pool,  # the pods run on this pool's nodes only (and are created after it)
+    # KEDA's queueLength and the worker's --max-messages are one number: set both (a mismatch is refused). The
+    # Job's deadline (default 3,600 s) must exceed model_load_s + 5 x seconds_per_item = 490 s: it does.
+    settings=ScaledJobSettings(max_replica_count=facts.max_replicas, queue_length=str(messages_per_job),
+                               max_messages_per_job=messages_per_job),
+    queue_url=queue.queue_url, queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
+    queue_kms_key_arn=key.key_arn,
+    # The queue's visibility timeout, passed twice: the pod renews on it, and the component checks they agree.
+    queue_visibility_timeout_s=queue.visibility_timeout_s, role_path=worker_role_path,
+    # HTTPS only into the platform's VPC (its endpoints for SQS, S3, STS, ECR): never the internet.
+    egress_cidrs=(cfg.require("vpcCidr"),),
+    bucket_arn=cfg.require("resultsBucketArn"), slides_bucket_arn=cfg.require("slidesBucketArn"),
+    results_prefix="results/cyto/",
+    pod=WorkerPodSettings(image=cfg.require("image"), visibility_timeout_s=queue.visibility_timeout_s,
+                          region=region, model=ModelMount(uri=model["uri"], sha256=model["sha256"]),
+                          # The image is the platform's, built elsewhere: say which CUDA it needs, so the pack
+                          # checks the pool's GPUs and the AMI's driver against it.
+                          annotations={"gpuburst.io/worker-image-cuda": cfg.require("imageCuda")})),
+    opts=pulumi.ResourceOptions(depends_on=[ns]))
+
+pulumi.export("queueUrl", queue.queue_url)
+pulumi.export("workerRoleArn", job.role_arn)
