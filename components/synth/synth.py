@@ -59,6 +59,12 @@ def run_program(stack: str, config: dict[str, Any], project_dir: Path | None = N
     except (ConfigMissingError, ConfigTypeError) as e:
         where = Path(stack_file) if stack_file is not None else Path(project_dir or ".") / f"Pulumi.{stack}.yaml"
         raise SynthError(program_config_problem(e, config, str(where))) from None
+    except ValueError as e:
+        # A program that imports `gpuburst` raises gpuburst's ConfigError, another class than this package's when
+        # both names are loaded (`python -m components` in the repository): the same one line either way.
+        if type(e).__name__ == "ConfigError" and type(e).__module__.endswith(".spec.validation"):
+            raise SynthError(str(e)) from None
+        raise
 
 
 def stack_charts(stack: str, project_dir: Path | None = None,

@@ -85,3 +85,19 @@ def test_the_message_in_process(config, expected):
         text.endswith(expected), text
     typed = program_config_problem(ConfigTypeError("tils-lab:size", "big", "int"), {}, "Pulumi.lab.yaml")
     assert typed == "Pulumi.lab.yaml: config key 'tils-lab:size' = 'big' is not valid: the program reads it as int"
+
+
+def test_a_gpuburst_config_error_in_a_program_is_one_line_under_python_m_components(tmp_path):
+    """A program imports `gpuburst` (as an installed user's does); run by `python -m components` in the repository,
+    its ConfigError is gpuburst's class, not this package's: still one line, exit 2."""
+    folder = tmp_path / "lab"
+    folder.mkdir()
+    (folder / "Pulumi.yaml").write_text("name: tils-lab\nruntime: python\n", encoding="utf-8")
+    (folder / "__main__.py").write_text(
+        "from gpuburst import GpuNodePool, GpuNodePoolArgs\n"
+        "GpuNodePool('tils', GpuNodePoolArgs(nodeclass_name='gpu', gpu_limit=0,\n"
+        "            instance_types=['g5.xlarge', 'g5.2xlarge']))\n", encoding="utf-8")
+    (folder / "Pulumi.lab.yaml").write_text(yaml.safe_dump({"config": {"aws:region": "us-east-1"}}),
+                                            encoding="utf-8")
+    proc = run_synth(tmp_path / "out", "--project-dir", str(folder), "--stack", "lab")
+    assert one_line(proc).startswith("synth: GpuNodePool 'tils': gpu_limit: 0 is not valid")
