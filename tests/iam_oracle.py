@@ -52,3 +52,31 @@ def simulate(batch: list[dict[str, Any]], timeout_s: float = TIMEOUT_S) -> list[
     if len(results) != len(batch):
         raise RuntimeError(f"simulate.mjs returned {len(results)} results for {len(batch)} simulations")
     return results
+
+
+def simulation_of(request: Any, account: str, *, identity_policies: Any = (), resource_policy: Any = None,
+                  permissions_boundary: Any = None, endpoint_policy: Any = None, **_: Any) -> dict[str, Any]:
+    """The iam-simulate Simulation of one of our evaluator's requests (components.rehearse.evaluate.Request) with the
+    same keyword arguments `evaluate` takes: the caller is the role's session, the context exactly the one our
+    evaluator reads (`request_context`), each policy a document or a `Policy(label, document)`."""
+    from components.rehearse import request_context
+
+    def doc(p: Any) -> Any:
+        return getattr(p, "document", p)
+
+    principal = request.principal
+    if ":role/" in principal:
+        principal = f"arn:aws:sts::{account}:assumed-role/{principal.rsplit('/', 1)[1]}/{request.session_name}"
+    sim: dict[str, Any] = {
+        "request": {"principal": principal, "action": request.action,
+                    "resource": {"resource": request.resource, "accountId": account},
+                    "contextVariables": request_context(request)},
+        "identityPolicies": [{"name": getattr(p, "label", f"identity[{i}]"), "policy": doc(p)}
+                             for i, p in enumerate(identity_policies)],
+        "serviceControlPolicies": [], "resourceControlPolicies": [],
+        "resourcePolicy": doc(resource_policy) if resource_policy is not None else None}
+    if permissions_boundary is not None:
+        sim["permissionBoundaryPolicies"] = [{"name": "boundary", "policy": doc(permissions_boundary)}]
+    if endpoint_policy is not None:
+        sim["vpcEndpointPolicies"] = [{"name": "endpoint", "policy": doc(endpoint_policy)}]
+    return sim

@@ -36,11 +36,15 @@ class Decision:
 _ENV = celpy.Environment()
 
 
+class Unevaluable(Exception):
+    """An expression cel-python cannot evaluate the way the API server would (a Kubernetes CEL extension)."""
+
+
 def evaluate(expression: str, activation: dict[str, Any]) -> Any:
     """One CEL expression over an activation of plain values (cel-python); raises on what it cannot evaluate."""
     reason = skip_reason(expression)
     if reason:
-        raise NotImplementedError(f"cel-python cannot evaluate this expression faithfully: {reason}")
+        raise Unevaluable(f"cel-python cannot evaluate this expression faithfully: {reason}")
     program = _ENV.program(_ENV.compile(expression))
     result = program.evaluate({k: celpy.json_to_cel(v) for k, v in activation.items()})
     if isinstance(result, celpy.CELEvalError):
@@ -83,7 +87,7 @@ def decide(policy: dict, binding: dict, params: dict | None, obj: dict, *, user:
         try:
             if not _true(evaluate(cond["expression"], activation)):
                 return Decision(False)
-        except NotImplementedError:
+        except Unevaluable:
             raise
         except Exception as e:  # noqa: BLE001 - an error in a matchCondition is judged by failurePolicy
             return Decision(True, [f"matchCondition {cond['name']} failed: {e}"] if fail_closed else [])
@@ -103,7 +107,7 @@ def decide(policy: dict, binding: dict, params: dict | None, obj: dict, *, user:
         for v in spec.get("validations") or []:
             if not _true(evaluate(v["expression"], activation)):
                 denied.append(v.get("message") or v["expression"])
-    except NotImplementedError:
+    except Unevaluable:
         raise
     except Exception as e:  # noqa: BLE001 - an evaluation error is judged by failurePolicy
         if fail_closed:

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from iam_oracle import simulation_of
 
-from components.rehearse import Policy, Request, request_context
+from components.rehearse import Policy, Request
 from components.rehearse.evaluate import evaluate
 from components.rehearse.plan_model import StackFacts, read_facts
 from components.rehearse.scenarios import ADMIN, INTRUDER, OUTSIDE_IP, S3_STAR, Place, places, request_for
@@ -118,21 +119,8 @@ def cases(f: StackFacts) -> list[Case]:
 
 
 def simulation(case: Case, account: str) -> dict[str, Any]:
-    """The same request for iam-simulate: the caller is the role's session; the context our evaluator read."""
-    r, p = case.request, case.policies
-    principal = r.principal
-    if ":role/" in principal:
-        principal = f"arn:aws:sts::{account}:assumed-role/{principal.rsplit('/', 1)[1]}/{r.session_name}"
-    sim: dict[str, Any] = {
-        "request": {"principal": principal, "action": r.action,
-                    "resource": {"resource": r.resource, "accountId": account},
-                    "contextVariables": request_context(r)},
-        "identityPolicies": [{"name": x.label, "policy": x.document} for x in p["identity_policies"]],
-        "serviceControlPolicies": [], "resourceControlPolicies": [],
-        "resourcePolicy": p["resource_policy"].document if p["resource_policy"] is not None else None}
-    if p["endpoint_policy"] is not None:
-        sim["vpcEndpointPolicies"] = [{"name": "endpoint", "policy": p["endpoint_policy"].document}]
-    return sim
+    """The same request for iam-simulate (tests/iam_oracle.py `simulation_of`)."""
+    return simulation_of(case.request, account, **case.policies)
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])

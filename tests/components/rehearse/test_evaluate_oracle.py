@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from iam_oracle import simulation_of
 
-from components.rehearse import Policy, Request, request_context
+from components.rehearse import Policy, Request
 from components.rehearse.evaluate import evaluate
 
 pytestmark = pytest.mark.slow  # one node subprocess
@@ -231,24 +232,8 @@ def corpus() -> list[Case]:
 
 
 def simulation(case: Case) -> dict[str, Any]:
-    """The same request as an iam-simulate Simulation: the caller is the role's session ARN, and the context is
-    exactly the one our evaluator reads (request_context)."""
-    r, kw = case.request, case.kwargs
-    principal = r.principal
-    if ":role/" in principal:
-        principal = f"arn:aws:sts::{ACCOUNT}:assumed-role/{principal.rsplit('/', 1)[1]}/{r.session_name}"
-    sim: dict[str, Any] = {
-        "request": {"principal": principal, "action": r.action,
-                    "resource": {"resource": r.resource, "accountId": ACCOUNT},
-                    "contextVariables": request_context(r)},
-        "identityPolicies": [{"name": p.label, "policy": p.document} for p in kw["identity_policies"]],
-        "serviceControlPolicies": [], "resourceControlPolicies": [],
-        "resourcePolicy": kw["resource_policy"]}
-    if "permissions_boundary" in kw:
-        sim["permissionBoundaryPolicies"] = [{"name": "boundary", "policy": kw["permissions_boundary"]}]
-    if "endpoint_policy" in kw:
-        sim["vpcEndpointPolicies"] = [{"name": "endpoint", "policy": kw["endpoint_policy"]}]
-    return sim
+    """The same request as an iam-simulate Simulation (tests/iam_oracle.py `simulation_of`)."""
+    return simulation_of(case.request, ACCOUNT, **case.kwargs)
 
 
 ORACLE_VERDICT = {"Allowed": "allow", "ExplicitlyDenied": "explicit-deny", "ImplicitlyDenied": "implicit-deny"}
