@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from source_copy import copy_build_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 CHARTS = ROOT.parent / "shared" / "charts"
 """The chart cache beside the checkout (the synth's `../shared/charts`); the installed project is elsewhere, so the
 test hands it over as $GPUBURST_CHARTS."""
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "components", "policies", "worker")
 BUILD_TIMEOUT_S = 300
 INSTALL_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 300
@@ -92,13 +92,8 @@ class Installed:
 def installed(tmp_path_factory) -> Installed:
     base = tmp_path_factory.mktemp("installed")
     source = base / "source"
-    source.mkdir()
     snapshot_time = time.time()
-    for name in BUILD_INPUTS:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.py[co]"))
-        else:
-            shutil.copy2(ROOT / name, source / name)
+    copy_build_inputs(source)
     dist = base / "dist"
     _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, source], cwd=base,
              timeout=BUILD_TIMEOUT_S), "pip wheel")

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from source_copy import copy_build_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "components", "policies", "worker")
 EXAMPLE = ROOT / "examples" / ("lab-scaledjob" if (ROOT / "examples" / "lab-scaledjob").is_dir() else "another-team")
 """The workload example a team would start from (a ScaledJob with a lab's model; another-team before it existed)."""
 MAX_MB = 350
@@ -85,12 +85,7 @@ def light(tmp_path_factory) -> Light:
 
     base = tmp_path_factory.mktemp("light")
     source = base / "source"
-    source.mkdir()
-    for name in BUILD_INPUTS:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.py[co]"))
-        else:
-            shutil.copy2(ROOT / name, source / name)
+    copy_build_inputs(source)
     venv = base / "venv"
     _ok(_run([sys.executable, "-m", "venv", venv], cwd=base), "python -m venv")
     start = time.perf_counter()
