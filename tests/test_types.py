@@ -139,6 +139,33 @@ def test_pyright_knows_the_type_of_nearly_every_public_symbol(installed_layout):
         "unknown: " + "; ".join(unknown[:20]))
 
 
+def test_the_rest_is_the_pulumi_sdks_own_unknowns(installed_layout):
+    """Why the figure above takes --ignoreexternal: without it pyright counts a symbol partially unknown when any
+    type it names is, and the Pulumi SDK's `Output` (in every component's attributes) and `ResourceOptions` (in every
+    constructor) are partially unknown to pyright itself (`Output.__getstate__` has no annotations in pulumi 3.272).
+    Both halves are checked: every symbol of gpuburst unknown without the flag is known with it (so nothing of this
+    package's own is hidden), and `pyright --verifytypes pulumi` still finds `pulumi.output.Output` incomplete. When
+    Pulumi completes its types this test fails, and the flag (here and in docs/adopting.md) should go."""
+    if reason := _pyright_missing():
+        pytest.skip(reason)
+
+    def report(args: list[str]) -> dict:
+        out = _pyright(["--verifytypes", *args, "--outputjson"], installed_layout)
+        return json.loads(out.stdout)["typeCompleteness"]
+
+    def unknown(completeness: dict) -> set[str]:
+        return {s["name"] for s in completeness["symbols"] if s["isExported"] and not s["isTypeKnown"]}
+
+    everything, own = report(["gpuburst"]), report(["gpuburst", "--ignoreexternal"])
+    print(f"verifytypes gpuburst: {everything['completenessScore']:.1%} counting the Pulumi SDK's unknowns, "
+          f"{own['completenessScore']:.1%} without them")
+    assert unknown(own) <= unknown(everything), "a symbol known only when external types count: not expected"
+    assert sum(everything["exportedSymbolCounts"].values()) == sum(own["exportedSymbolCounts"].values())
+    pulumi_sdk = report(["pulumi"])
+    assert "pulumi.output.Output" in unknown(pulumi_sdk), (
+        "pyright now knows pulumi.Output completely: drop --ignoreexternal from the completeness test and the docs")
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.parent.name for p in EXAMPLES])
 def test_each_example_is_clean_for_mypy_strict(example, installed_layout, tmp_path_factory):
     if reason := _mypy_missing():
