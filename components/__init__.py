@@ -26,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     "GpuScaledJob": "scaledjob", "GpuScaledJobArgs": "scaledjob", "ScaledJobSettings": "scaledjob",
     "GpuConsumer": "consumer", "GpuConsumerArgs": "consumer",
     "WorkerPodSettings": "spec.worker_pod", "WorkerAccessArgs": "pod", "ModelMount": "spec.worker_pod",
-    "ModelCache": "model_cache", "ModelCacheArgs": "model_cache",
+    "ModelCache": "model_cache", "ModelCacheArgs": "model_cache", "cache_folder_script": "model_cache",
     "WorkloadFacts": "spec.workload", "PatternChoice": "planning.chooser", "choose_pattern": "planning.chooser",
     "require_pattern": "planning.chooser",
     # What another stack already runs: referenced, not re-created
@@ -72,7 +72,7 @@ __all__ = ["AuditTrail", "AuditTrailArgs", "BurstBudget", "Cluster", "ClusterArg
            "WarmGpuFloorArgs", "WarmGpus", "WorkQueue", "WorkQueueArgs", "WorkerAccessArgs", "WorkerBuild",
            "WorkerImage", "WorkerImageArgs", "WorkerPodSettings", "WorkloadConfig", "WorkloadFacts",
            "WorkloadIdentity", "WorkloadIdentityArgs", "WorkloadNamespace", "WorkloadNamespaceArgs", "WorkloadNetwork",
-           "WorkloadNetworkArgs", "catalogue",
+           "WorkloadNetworkArgs", "cache_folder_script", "catalogue",
            "choose_pattern", "current_config", "ec2_nodeclass_manifest", "gpu_nodepool_manifest", "parse_config",
            "parse_deploy_model", "require_pattern"]
 
@@ -109,7 +109,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly 
     from .karpenter import Karpenter, KarpenterArgs
     from .keda import Keda, KedaArgs, KedaScalerAuth, KedaScalerAuthArgs, TriggerAuthSpec
     from .keys import DataKey, DataKeyArgs
-    from .model_cache import ModelCache, ModelCacheArgs
+    from .model_cache import ModelCache, ModelCacheArgs, cache_folder_script
     from .network import GpuNodeSecurity, GpuNodeSecurityArgs, WorkloadNetwork, WorkloadNetworkArgs
     from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, ec2_nodeclass_manifest
     from .nodepool import GpuNodePool, GpuNodePoolArgs, gpu_nodepool_manifest

@@ -63,7 +63,8 @@ def _charts(argv: list[str]) -> int:
         description="`pull`: download the Helm charts the stack renders (its program run offline under mocks, as "
                     "the synth runs it: the charts its plan has, at their versions) from their repositories into "
                     "the chart cache the synth renders from (needs the network; a stack that renders no chart needs "
-                    "nothing). --all: every chart of catalogue.CHARTS (components/catalogue/pins.py) instead.")
+                    "nothing). --all: every chart the catalogue pins (gpuburst.catalogue.CHARTS, in "
+                    "gpuburst.catalogue.pins) instead.")
     parser.add_argument("action", choices=["pull"])
     parser.add_argument("--project-dir", type=Path, default=Path("."),
                         help="the Pulumi project whose charts to pull: the folder of its Pulumi.yaml (default: the "

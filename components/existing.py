@@ -163,6 +163,12 @@ class ExistingNodeClass:
     """Its root volume in GiB (the pods' ephemeral storage comes from it). Required."""
     ami_alias: str = "al2023@latest"
     """Its AMI alias. Default `al2023@latest`."""
+    model_cache_folder: bool = False
+    """Its user data makes the model cache's node folder (`names.MODEL_CACHE_HOST_PATH`) as `cache_folder_script()`
+    does: GpuBurstPlatform's GPU node class does when its config has a workload model; ask the platform team. A pod
+    of this stack that mounts a ModelCache and runs on a NodePool booting this node class needs it True (the pack's
+    `model-cache-folder` refuses the plan otherwise: without the folder the mount fails and the pods stay
+    ContainerCreating). Default False."""
 
 
 @dataclass
@@ -199,7 +205,11 @@ class ExistingCluster(pulumi.ComponentResource):
                     and nc.root_volume_gib > 0):
                 raise ConfigError(f"ExistingClusterArgs.node_classes[{nc_name!r}]", nc,
                                   "an ExistingNodeClass with a positive root_volume_gib")
-            node_classes[nc_name] = {"rootVolumeGiB": nc.root_volume_gib, "amiAlias": nc.ami_alias}
+            if not isinstance(nc.model_cache_folder, bool):
+                raise ConfigError(f"ExistingClusterArgs.node_classes[{nc_name!r}].model_cache_folder",
+                                  nc.model_cache_folder, "True (its user data runs cache_folder_script()) or False")
+            node_classes[nc_name] = {"rootVolumeGiB": nc.root_volume_gib, "amiAlias": nc.ami_alias,
+                                     "modelCacheFolder": nc.model_cache_folder}
         facts = {"clusterName": args.cluster_name, "systemNodeLabels": dict(args.system_node_labels),
                  "devicePlugin": bool(args.device_plugin), "nodeClasses": node_classes}
         if args.network_policy_enforced is not None:

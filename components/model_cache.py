@@ -24,21 +24,32 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .spec.names import MODEL_CACHE_CLAIM, MODEL_CACHE_HOST_PATH, WORKER_UID
+from .spec.names import (
+    MODEL_CACHE_CLAIM,
+    MODEL_CACHE_DIR_MODE,
+    MODEL_CACHE_HOST_PATH,
+    model_cache_folder_commands,
+)
 from .spec.validation import ConfigError, names_its_errors
 
-CACHE_DIR_MODE = "2770"
+CACHE_DIR_MODE = MODEL_CACHE_DIR_MODE
 """Mode of the cache's node folder: setgid, read-write-search for its owner (root) and group (the worker's)."""
 
 
 def cache_folder_script(host_path: str = MODEL_CACHE_HOST_PATH) -> str:
-    """The shell script (a `text/x-shellscript` user data part) that makes the cache's node folder."""
+    """The shell script (a `text/x-shellscript` user data part) that makes the cache's node folder: `host_path`
+    (default `names.MODEL_CACHE_HOST_PATH`, `/var/lib/kubelet/gpuburst-model-cache`, the one folder every ModelCache
+    mounts), owned root:10001 with mode 2770.
+
+    Every GPU node class whose nodes run pods that mount a ModelCache must run it at boot: GpuBurstPlatform adds it to
+    its GPU EC2NodeClass when a workload has a model; a platform team declaring its own passes
+    `Ec2NodeClassArgs(boot_scripts=[cache_folder_script()])`, and a workload stack attaching to that node class says
+    so with `ExistingNodeClass(model_cache_folder=True)`. Without the folder the cache's mount (hostPath type
+    Directory) fails and the pods stay ContainerCreating; the pack's `model-cache-folder` rule refuses that plan."""
     return ("#!/bin/bash\n"
             "# gpuburst: the node-local model cache (components/model_cache.py); kubelet's root is on the NVMe RAID0.\n"
             "set -euo pipefail\n"
-            f"mkdir -p {host_path}\n"
-            f"chown root:{WORKER_UID} {host_path}\n"
-            f"chmod {CACHE_DIR_MODE} {host_path}\n")
+            + "".join(f"{command}\n" for command in model_cache_folder_commands(host_path)))
 
 
 def model_cache_manifests(*, namespace: str, volume_name: str, capacity_gib: int,
@@ -66,14 +77,26 @@ def model_cache_manifests(*, namespace: str, volume_name: str, capacity_gib: int
 
 @dataclass
 class ModelCacheArgs:
-    """Inputs of a ModelCache."""
+    """Inputs of a ModelCache: the node-local model cache of one namespace's workloads.
+
+    The cache is one folder on each GPU node, always `names.MODEL_CACHE_HOST_PATH`
+    (`/var/lib/kubelet/gpuburst-model-cache`; not an input: the worker-host-path rule allows no other hostPath). The
+    EC2NodeClass of every NodePool the pods run on must make that folder at boot by running `cache_folder_script()`
+    (GpuBurstPlatform's GPU node class does when its config has a workload model); a workload stack attaching to
+    another stack's node class says so with `ExistingNodeClass(model_cache_folder=True)`, which the pack's
+    `model-cache-folder` rule requires. The pods mount the claim (`ModelCache.claim_name`, always
+    `names.MODEL_CACHE_CLAIM`, so one ModelCache per namespace) with `ModelMount(cache_claim=cache.claim_name,
+    cache_sub_path=...)`; every claim reaches the same node folder, so a sub path must be unique in the cluster, not
+    only in the namespace (e.g. `<namespace>-<workload>`)."""
 
     namespace: str
     """The workloads' namespace (the claim lives there; it must exist). Required."""
     volume_name: str
-    """Name of the cluster-scoped PersistentVolume (unique in the cluster, e.g. `<namespace>-model-cache`). Required."""
+    """Name of the cluster-scoped PersistentVolume, unique in the cluster: by convention `<namespace>-model-cache` in a
+    workload stack (GpuBurstPlatform names its own `gpuburst-<environment>-<namespace>-model-cache`). Required."""
     capacity_gib: int
-    """What the workloads' caches may hold together, GiB (the sum of their `cacheGiB`). Required."""
+    """What the workloads' caches may hold together, GiB: the sum of their `ModelMount.cache_max_bytes` in GiB (the
+    platform's: of their `cacheGiB`). Required."""
     depends_on: list[pulumi.Resource] | None = None
     """What the claim waits for (the namespace). Default none."""
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
+from .catalogue.network import DEFAULT_VPC_CIDR
 from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION, NODEPOOL_LABEL, WORKER_UID
 from .spec.policy_documents import (
     dead_letter_sender_statements,
@@ -393,13 +394,17 @@ def check_worker_egress(args: WorkerAccessArgs) -> None:
 
     Derived egress was the other choice and is not made: a workload component knows no network (it may attach to a
     cluster another stack runs), and a CIDR looked up at deploy time would be unknown to the pack during a preview.
-    The platform passes its VPC's CIDR; a component stack passes the cluster's VPC CIDR it was given."""
+    The platform passes its VPC's CIDR, so the refusal only ever reaches a component stack (one attached to a cluster
+    another stack runs): its hint says where such a stack gets the value. The platform program exports no output
+    for it (`__main__.py`), so the hint names the platform stack's config key it comes from."""
     if args.network_policy and not check_egress_cidrs(args.egress_cidrs):
         raise ConfigError("WorkerAccessArgs.egress_cidrs", args.egress_cidrs,
-                          "the VPC's private CIDR(s), e.g. ['10.64.0.0/16'] (ExistingNetwork.vpc_cidr): the worker "
-                          "NetworkPolicy allows HTTPS only there, where the interface endpoints answer for SQS, S3 "
-                          "and STS; without it the worker reaches no AWS API (network_policy=False leaves the egress "
-                          "to a NetworkPolicy of your own)")
+                          "a list of the cluster's VPC private CIDR(s), e.g. ['10.64.0.0/16']: in a workload "
+                          "stack, the platform's VPC CIDR (the platform stack's gpuburst:vpcCidr, default "
+                          f"{DEFAULT_VPC_CIDR}, or the ExistingNetwork.vpc_cidr it was given; the platform exports "
+                          "no output for it, so ask the platform team): the worker NetworkPolicy allows HTTPS only "
+                          "there, where the interface endpoints answer for SQS, S3 and STS; without it the worker "
+                          "reaches no AWS API (network_policy=False leaves the egress to a NetworkPolicy of your own)")
 
 
 def declare_worker_identity(name: str, args: WorkerAccessArgs, service_account_name: str,

@@ -15,7 +15,19 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel
 
-from . import buckets, hardware, keda_provider, keys, network, schedulability, teams, trust, versions, wiring
+from . import (
+    buckets,
+    hardware,
+    keda_provider,
+    keys,
+    model_cache,
+    network,
+    schedulability,
+    teams,
+    trust,
+    versions,
+    wiring,
+)
 from .declare import SCOPED, ScopedRule, plan_policy
 from .facts import FACTS, Scope, config_schema, scope_of
 from .outside import outsides
@@ -23,7 +35,8 @@ from .plan import Res
 
 NAME = "outside-this-stack"
 
-SOURCES = (keda_provider, versions, wiring, schedulability, hardware, network, trust, buckets, keys, teams)
+SOURCES = (keda_provider, versions, wiring, schedulability, hardware, network, trust, buckets, keys, teams,
+           model_cache)
 """The rule modules whose scoped policies this one collects from, in pack order (a test keeps it equal to every
 scoped policy of the pack)."""
 

@@ -81,6 +81,7 @@ FACTS: dict[str, FactKey] = {f.key: f for f in (
              "description": "Root volume in GiB of each EC2NodeClass another stack declares, by name"},
             entry="rootVolumeGiB"),
     FactKey("nodeClassAmiAlias", EXISTING_CLUSTER, "nodeClasses", None, entry="amiAlias"),
+    FactKey("nodeClassModelCacheFolder", EXISTING_CLUSTER, "nodeClasses", None, entry="modelCacheFolder"),
 )}
 """Every fact a rule may judge against."""
 

@@ -12,6 +12,7 @@ from . import (
     images,
     keda_provider,
     keys,
+    model_cache,
     namespaces,
     network,
     nodepool_diversity,
@@ -35,7 +36,7 @@ PACK_NAME = "gpuburst-guardrails"
 
 RULE_MODULES = (nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues, workloads, wiring,
                 schedulability, hardware, network, namespaces, images, trust, buckets, keys, verify_admission,
-                worker_contract, pod_identity, patterns, teams, plan_complete, rehearsal, boundary)
+                worker_contract, pod_identity, patterns, teams, model_cache, plan_complete, rehearsal, boundary)
 """One module per rule area; each exports `POLICIES`."""
 
 

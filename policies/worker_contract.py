@@ -14,7 +14,10 @@
   ipBlock (the VPC's CIDR, where the interface endpoints for SQS, S3 and STS answer): without it the worker reaches no
   AWS API where NetworkPolicy is enforced and never takes a message. When the plan declares the VPC
   (`aws:ec2/vpc:Vpc` with a known `cidrBlock`), the block must overlap it. A pod no Egress policy selects may go
-  anywhere (`worker-network-policy` refuses that).
+  anywhere (`worker-network-policy` refuses that). The fix depends on whose NetworkPolicy blocks: the component's own
+  worker policy (same parent in the plan) is fed by `WorkerAccessArgs.egress_cidrs`; without one
+  (`network_policy=False`, the block being e.g. a WorkloadNamespace's default-deny) that argument changes nothing, so
+  the fix is a policy of the stack's own for the worker pods' labels, or `network_policy=True`.
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ from typing import Any
 
 from ._components import WORKER_LABEL
 from .declare import plan_policy
-from .fixes import fix_for
-from .netpol import NAME_LABEL, NetPol, network_policies, selects, worker_pods
+from .fixes import COMPONENT_PREFIX, MANIFEST_KIND, fix_for, parent_types, stack_kind
+from .netpol import NAME_LABEL, NetPol, WorkerPod, network_policies, selects, worker_pods
 from .outside import Finding
 from .plan import Res, describe_res
 from .resources import POD_TEMPLATE_PATHS, SQS_QUEUE, as_int, dig, enumerate_at, fmt, join_path, k8s_kind
@@ -236,15 +239,51 @@ def egress_findings(resources: list[Res]) -> list[Finding]:
             out.append((w.res.urn, unknown_message(unknown, "whether the worker may send HTTPS to the AWS endpoints")))
             continue
         where = f" overlapping the VPC's {', '.join(known_vpcs)}" if known_vpcs else ""
-        fix = fix_for(w.res.urn,
-                      platform="the platform passes its VPC's CIDR (gpuburst:vpcCidr, or ExistingNetwork.vpc_cidr)",
-                      component="pass WorkerAccessArgs.egress_cidrs=[the cluster's VPC CIDR]",
-                      manifest=f"add an egress rule to an ipBlock of the VPC's CIDR on TCP {HTTPS_PORT}")
         out.append((w.res.urn, f"{describe_res(w.res)}'s worker pods ({w.why}) are selected by "
                                f"{', '.join(np_.who for np_ in chosen)}, and no egress rule there allows TCP "
                                f"{HTTPS_PORT} to an ipBlock{where}: the worker reaches none of the VPC endpoints for "
-                               f"SQS, S3 and STS, so it never takes a message; {fix}"))
+                               f"SQS, S3 and STS, so it never takes a message; {egress_fix(w, nps)}"))
     return out
+
+
+def own_policies(w: WorkerPod, nps: list[NetPol]) -> list[NetPol]:
+    """The NetworkPolicies the worker's own component declared (its worker policy, `network_policy=True`): those
+    with the same parent as the pod-bearing resource, a gpuburst component (`GpuScaledJob`, `GpuConsumer`). A plan
+    without parent links (a test's, an older plan.json) is read from the URNs: the same chain of parent types."""
+    if w.res.parent:
+        owner = parent_types(w.res.parent)[-1:]
+        if not (owner and owner[0].startswith(COMPONENT_PREFIX)):
+            return []
+        return [np_ for np_ in nps if np_.res.parent == w.res.parent]
+    chain = parent_types(w.res.urn)[:-1]
+    if not (chain and chain[-1].startswith(COMPONENT_PREFIX)):
+        return []
+    return [np_ for np_ in nps if np_.res.parent is None and parent_types(np_.res.urn)[:-1] == chain]
+
+
+def egress_fix(w: WorkerPod, nps: list[NetPol]) -> str:
+    """The fix for a worker with no HTTPS to the VPC, for the stack that declared it and for whose NetworkPolicy
+    blocks it: `WorkerAccessArgs.egress_cidrs` feeds only the component's own worker policy, so when the component
+    declared none (`network_policy=False`: the blocking one is another's, e.g. a WorkloadNamespace's default-deny)
+    the fix is a policy of the stack's own for the worker pods, or the component's policy turned on."""
+    labels = w.labels if isinstance(w.labels, dict) else {}
+    selector = ", ".join(f"{k}: {fmt(v)}" for k, v in sorted(labels.items())) or "the worker pods' labels"
+    own_policy_fix = "pass WorkerAccessArgs.egress_cidrs=[the cluster's VPC CIDR]"
+    if not own_policies(w, nps):
+        own_policy_fix = (
+            "the component declares no NetworkPolicy of its own here (network_policy=False), so "
+            "WorkerAccessArgs.egress_cidrs would change nothing: add a NetworkPolicy in namespace "
+            f"{w.namespace} with podSelector.matchLabels {{{selector}}} and policyTypes [Egress] that allows TCP "
+            f"{HTTPS_PORT} to an ipBlock of the cluster's VPC CIDR (the platform's VPC CIDR), beside DNS and the "
+            "Pod Identity agent as the component's own worker policy does, or set network_policy=True with "
+            "WorkerAccessArgs.egress_cidrs=[the cluster's VPC CIDR]")
+    # The pod-bearing resource's parent, when a gpuburst component, says the stack kind even where the plan's URNs
+    # name only the nearest parent's type (the offline synth's mocks).
+    kind_urn = w.res.parent if w.res.parent and stack_kind(w.res.parent) != MANIFEST_KIND else w.res.urn
+    return fix_for(kind_urn,
+                   platform="the platform passes its VPC's CIDR (gpuburst:vpcCidr, or ExistingNetwork.vpc_cidr)",
+                   component=own_policy_fix,
+                   manifest=f"add an egress rule to an ipBlock of the VPC's CIDR on TCP {HTTPS_PORT}")
 
 
 VISIBILITY_POLICY = plan_policy(

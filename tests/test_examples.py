@@ -88,3 +88,16 @@ def test_the_consumer_example_reads_a_fifo_queue_with_one_on_demand_replica(plan
     assert spec["template"]["spec"]["nodeSelector"]["karpenter.sh/capacity-type"] == "on-demand"
     assert spec["template"]["spec"]["nodeSelector"]["karpenter.sh/nodepool"] == "cyto-studies"
     assert not of_type(plan, "kubernetes:keda.sh/v1alpha1:ScaledJob")
+
+
+def test_the_summary_lists_only_the_pins_of_what_each_example_uses(plans):
+    """The consumer uses no KEDA (no ExistingKeda, no ScaledJob), so the summary does not hold KEDA's pin up to it;
+    the ScaledJob example declares KEDA's version (ExistingKeda). Neither builds an image: no base-image pin."""
+    from components.synth.declared import used_pins, version_lines
+
+    consumer = "\n".join(version_lines(plans["ordered-consumer"]))
+    assert "keda" not in consumer and "keda" not in used_pins(plans["ordered-consumer"])
+    assert "  nvidia-device-plugin " in consumer and "worker-base-image" not in consumer
+    scaledjob = version_lines(plans["lab-scaledjob"])
+    assert any(line.startswith("  keda ") and "from ExistingKeda 'keda'" in line for line in scaledjob)
+    assert "keda" in used_pins(plans["lab-scaledjob"]) and "worker-base-image" not in "\n".join(scaledjob)

@@ -69,6 +69,17 @@ kubelet makes each workload's subPath folder with that mode, and the setgid bit 
 MODEL_CACHE_CLAIM = "gpuburst-model-cache"
 """Name of the PersistentVolumeClaim (in the workloads' namespace) the worker pods mount the model cache through."""
 
+MODEL_CACHE_DIR_MODE = "2770"
+"""Mode of the model cache's node folder: setgid, read-write-search for its owner (root) and group (the worker's)."""
+
+
+def model_cache_folder_commands(host_path: str = MODEL_CACHE_HOST_PATH) -> tuple[str, str, str]:
+    """The shell commands that make the model cache's node folder (root:WORKER_UID, mode MODEL_CACHE_DIR_MODE), one a
+    line: `model_cache.cache_folder_script` runs them at boot, and the pack's `model-cache-folder` rule looks for
+    each in the user data of an EC2NodeClass whose nodes mount the cache."""
+    return (f"mkdir -p {host_path}", f"chown root:{WORKER_UID} {host_path}",
+            f"chmod {MODEL_CACHE_DIR_MODE} {host_path}")
+
 WORKER_IMAGE_CUDA_ANNOTATION = "gpuburst.io/worker-image-cuda"
 """Worker pod template annotation carrying the CUDA version (MAJOR.MINOR) of a lab's own worker image
 (`gpuburst:workerImageCuda`), so the policy pack can judge the GPUs and the driver it needs."""

@@ -264,7 +264,8 @@ def release_line_lines(charts: set[tuple[str, str]]) -> list[str]:
             if p.action_required:
                 out.append(f"      ACTION REQUIRED: {p.action_required}")
         out += [f"    newer line {catalogue.line_label(r)}" for r in catalogue.lines_to_tell(chart, version)]
-    return (["", "Release lines (components/catalogue/lines.py; docs/upgrading.md moves a pin):"] + out) if out else []
+    return (["", "Release lines (gpuburst.catalogue.lines; the Upgrading guide (docs/upgrading.md) moves a pin):"]
+            + out) if out else []
 
 
 def summary(out: SynthOutput) -> str:
@@ -301,7 +302,7 @@ def summary(out: SynthOutput) -> str:
                                 | release_line_versions(out.plan))
     if out.checkov is not None:
         lines += ["", "checkov on the charts' objects (each accepted finding has its reason in "
-                      "components/catalogue/chart_findings.py):"]
+                      "gpuburst.catalogue.chart_findings):"]
         for chart, failed in out.checkov.items():
             lines.append(f"  {chart}: {sum(failed.values())} failed check(s)"
                          + (f": {', '.join(f'{k} x{n}' for k, n in failed.items())}" if failed else ""))

@@ -71,6 +71,8 @@ job = GpuScaledJob("tils", GpuScaledJobArgs(
     # The pods select karpenter.sh/nodepool: tils-lab, so they never take another team's GPUs.
     nodepool=pool,
     bucket_arn=cfg.require("resultsBucketArn"), slides_bucket_arn=cfg.require("slidesBucketArn"),
+    # The platform's buckets are shared: the lab's worker reads and writes only under the lab's own prefixes.
+    slides_prefix="slides/tils/", results_prefix="results/tils/",
     pod=WorkerPodSettings(image=cfg.require("image"), visibility_timeout_s=queue.visibility_timeout_s,
                           region=pulumi.Config("aws").require("region"))),
     opts=pulumi.ResourceOptions(depends_on=[team]))

@@ -56,6 +56,9 @@ ns = WorkloadNamespace("cyto", WorkloadNamespaceArgs(name=namespace, gpus=4))
 access = DeployAccess("deploy", cfg.require_object("deploy"))
 key = DataKey("cyto", DataKeyArgs(alias="alias/cyto-slides-data", worker_role_path=worker_role_path,
                                   deploy_model=access.model))
+# expected_processing_s is per message: one slide end to end on a worker whose model is already loaded (the slide's
+# download, ~90 s on the GPU, the results' upload), never a whole Job of 5. The queue hides a received message for
+# 2 x 240 = 480 s (queue.visibility_timeout_s); the worker renews that every 160 s while it works on the slide.
 queue = WorkQueue("cyto", WorkQueueArgs(name="cyto-slides", expected_processing_s=240, kms_key_id=key.key_arn,
                                         alarm_emails=cfg.require_object("alarmEmails")))
 
@@ -71,7 +74,8 @@ job = GpuScaledJob("cyto", GpuScaledJobArgs(
     cluster_name=cluster.cluster_name, keda=keda, namespace=ns.name, facts=facts,
     nodepool=pool,  # the pods run on this pool's nodes only (and are created after it)
     # KEDA's queueLength and the worker's --max-messages are one number: set both (a mismatch is refused). The
-    # Job's deadline (default 3,600 s) must exceed model_load_s + 5 x seconds_per_item = 490 s: it does.
+    # Job's deadline, active_deadline_s (default 3,600 s), must exceed model_load_s + 5 x seconds_per_item = 490 s
+    # (less is refused) and should cover model_load_s + 5 x expected_processing_s = 1,240 s: 3,600 does both.
     settings=ScaledJobSettings(max_replica_count=facts.max_replicas, queue_length=str(messages_per_job),
                                max_messages_per_job=messages_per_job),
     queue_url=queue.queue_url, queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
@@ -80,8 +84,9 @@ job = GpuScaledJob("cyto", GpuScaledJobArgs(
     queue_visibility_timeout_s=queue.visibility_timeout_s, role_path=worker_role_path,
     # HTTPS only into the platform's VPC (its endpoints for SQS, S3, STS, ECR): never the internet.
     egress_cidrs=(cfg.require("vpcCidr"),),
+    # The platform's buckets are shared by every team: read only this lab's slides, write only its results.
     bucket_arn=cfg.require("resultsBucketArn"), slides_bucket_arn=cfg.require("slidesBucketArn"),
-    results_prefix="results/cyto/",
+    slides_prefix="slides/cyto/", results_prefix="results/cyto/",
     pod=WorkerPodSettings(image=cfg.require("image"), visibility_timeout_s=queue.visibility_timeout_s,
                           region=region, model=ModelMount(uri=model["uri"], sha256=model["sha256"]),
                           # The image is the platform's, built elsewhere: say which CUDA it needs, so the pack

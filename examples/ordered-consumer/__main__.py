@@ -55,6 +55,8 @@ access = DeployAccess("deploy", cfg.require_object("deploy"))
 key = DataKey("studies", DataKeyArgs(alias="alias/cyto-studies-data", worker_role_path=worker_role_path,
                                      deploy_model=access.model))
 # fifo=True: `<name>.fifo` queues with content-based deduplication; one message group per study.
+# expected_processing_s: one slide end to end with the model loaded (download, ~8 s on the GPU, upload); the
+# queue hides a received message for 2 x 120 = 240 s (queue.visibility_timeout_s).
 queue = WorkQueue("studies", WorkQueueArgs(name="cyto-studies", fifo=True, expected_processing_s=120,
                                            kms_key_id=key.key_arn, alarm_emails=cfg.require_object("alarmEmails")))
 
@@ -70,8 +72,9 @@ consumer = GpuConsumer("studies", GpuConsumerArgs(
     queue_url=queue.queue_url, queue_arn=queue.queue_arn, dead_letter_queue_arn=queue.dlq_arn,
     queue_kms_key_arn=key.key_arn, queue_visibility_timeout_s=queue.visibility_timeout_s,
     role_path=worker_role_path, egress_cidrs=(cfg.require("vpcCidr"),),
+    # The platform's buckets are shared by every team: read only this lab's slides, write only its results.
     bucket_arn=cfg.require("resultsBucketArn"), slides_bucket_arn=cfg.require("slidesBucketArn"),
-    results_prefix="results/studies/",
+    slides_prefix="slides/studies/", results_prefix="results/studies/",
     pod=WorkerPodSettings(image=cfg.require("image"), visibility_timeout_s=queue.visibility_timeout_s,
                           region=region, annotations={"gpuburst.io/worker-image-cuda": cfg.require("imageCuda")})),
     opts=pulumi.ResourceOptions(depends_on=[ns]))

@@ -9,7 +9,13 @@ import pytest
 
 from components.catalogue import KUBERNETES_VERSION
 from components.model_cache import ModelCache, ModelCacheArgs, cache_folder_script, model_cache_manifests
-from components.spec.names import MODEL_CACHE_CLAIM, MODEL_CACHE_HOST_PATH, WORKER_UID
+from components.nodeclass import ec2_nodeclass_manifest
+from components.spec.names import (
+    MODEL_CACHE_CLAIM,
+    MODEL_CACHE_HOST_PATH,
+    WORKER_UID,
+    model_cache_folder_commands,
+)
 from components.spec.validation import ConfigError
 from components.synth.mocks import run_under_mocks
 
@@ -48,3 +54,27 @@ def test_the_component_declares_the_volume_then_the_claim():
     (pvc,) = res.monitor.by_type("kubernetes:core/v1:PersistentVolumeClaim")
     assert pv.urn in pvc.dependencies
     assert pvc.properties["metadata"]["name"] == MODEL_CACHE_CLAIM
+
+
+def test_the_boot_script_runs_the_folder_commands_the_pack_looks_for_in_order():
+    lines = cache_folder_script().splitlines()
+    assert lines[:3] == ["#!/bin/bash", lines[1], "set -euo pipefail"] and lines[1].startswith("# gpuburst:")
+    assert lines[3:] == list(model_cache_folder_commands()) == [
+        f"mkdir -p {MODEL_CACHE_HOST_PATH}", f"chown root:{WORKER_UID} {MODEL_CACHE_HOST_PATH}",
+        f"chmod 2770 {MODEL_CACHE_HOST_PATH}"]
+
+
+def test_a_platform_team_with_its_own_node_class_reaches_the_script_from_the_package():
+    import components
+
+    assert "cache_folder_script" in components.__all__ and components.cache_folder_script is cache_folder_script
+    assert cache_folder_script() in ec2_nodeclass_manifest(
+        "gpu", node_role="r", cluster_name="c", boot_scripts=[components.cache_folder_script()])["spec"]["userData"]
+
+
+def test_the_args_say_the_fixed_host_path_and_the_node_class_script():
+    import inspect
+
+    doc = inspect.getdoc(ModelCacheArgs) or ""
+    assert MODEL_CACHE_HOST_PATH in doc and "cache_folder_script()" in doc
+    assert "ExistingNodeClass(model_cache_folder=True)" in doc

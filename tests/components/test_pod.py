@@ -348,3 +348,20 @@ def test_a_worker_without_egress_cidrs_is_refused_in_one_line():
     assert "\n" not in str(e.value) and "SQS" in str(e.value)
     check_worker_egress(args(egress_cidrs=["10.64.0.0/16"]))
     check_worker_egress(args(network_policy=False))  # the egress is then a policy of the stack's own (the pack judges)
+
+
+def test_the_egress_refusal_says_where_a_workload_stack_gets_the_cidr():
+    """The refusal only reaches a stack attached to another stack's cluster (the platform always passes its VPC's
+    CIDR), which has no ExistingNetwork: the hint names the platform stack's key the value comes from."""
+    from components.catalogue.network import DEFAULT_VPC_CIDR
+    from components.pod import WorkerAccessArgs, check_worker_egress
+
+    with pytest.raises(ConfigError) as e:
+        check_worker_egress(WorkerAccessArgs(cluster_name="c", namespace="lab", queue_url=QUEUE_URL,
+                                             queue_arn=QUEUE_ARN, bucket_arn=BUCKET_ARN,
+                                             pod=WorkerPodSettings(image=IMAGE)))
+    text = str(e.value)
+    assert text.startswith("WorkerAccessArgs.egress_cidrs: None is not valid: ") and "\n" not in text
+    assert "the platform's VPC CIDR" in text and "platform stack's gpuburst:vpcCidr" in text
+    assert f"default {DEFAULT_VPC_CIDR}" in text and "ask the platform team" in text
+    assert "(ExistingNetwork.vpc_cidr)" not in text  # a field the workload stack does not have, offered as its source

@@ -18,6 +18,7 @@ from policies import (
     images,
     keda_provider,
     keys,
+    model_cache,
     namespaces,
     network,
     nodepool_diversity,
@@ -44,7 +45,7 @@ def test_every_rule_module_is_in_the_pack_with_unique_names():
     assert set(pack.RULE_MODULES) == {nodepool_diversity, gpu_nodepool, keda_provider, ami, versions, queues,
                                       workloads, wiring, schedulability, hardware, network, namespaces, images,
                                       trust, buckets, keys, verify_admission, worker_contract, pod_identity, patterns,
-                                      teams, plan_complete, rehearsal, boundary}
+                                      teams, model_cache, plan_complete, rehearsal, boundary}
     policies = pack.all_policies()
     names = [p.name for p in policies]
     assert len(names) == len(set(names)) == sum(len(m.POLICIES) for m in pack.RULE_MODULES)

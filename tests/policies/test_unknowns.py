@@ -116,7 +116,10 @@ def unknown_everywhere(samples) -> dict:
                                     "spec": {"containers": [{"name": "worker", "image": "i", "env": [
                                         {"name": "QUEUE_URL", "value": "https://sqs.us-east-1.amazonaws.com/"
                                                                        "123456789012/slides"},
-                                        {"name": "VISIBILITY_TIMEOUT", "value": "600"}]}]}}}}
+                                        {"name": "VISIBILITY_TIMEOUT", "value": "600"}]}],
+                                             # does it mount the model cache (model-cache-folder)?
+                                             "volumes": [{"name": "cache", "persistentVolumeClaim": {
+                                                 "claimName": U}}]}}}}
     twins = [{"namespace": "gpu", "serviceAccount": "w", "clusterName": U, "roleArn": "r"} for _ in range(2)]
     keda = samples.chart("keda")
     keda["values"] = {"watchNamespace": U}

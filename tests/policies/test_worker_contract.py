@@ -138,9 +138,60 @@ def test_an_unknown_block_is_said_to_be_unknown():
 
 
 def test_the_component_fix_names_its_argument():
+    """The blocking policy is the component's own (the same chain of parent types in a plan without parent links):
+    its egress_cidrs is what feeds it."""
     sj = res(T_SJ, "tils", worker(), urn=COMPONENT_URN.format(t=T_SJ, n="tils-scaledjob"))
-    (_urn, message), = rule.egress_findings([sj, policy([copy.deepcopy(DNS)])])
-    assert "WorkerAccessArgs.egress_cidrs" in message and "gpuburst:" not in message
+    own = policy([copy.deepcopy(DNS)])._replace(urn=COMPONENT_URN.format(t=T_NP, n="tils-netpol"))
+    (_urn, message), = rule.egress_findings([sj, own])
+    assert "pass WorkerAccessArgs.egress_cidrs=[" in message and "gpuburst:" not in message
+    assert "network_policy=False" not in message
+
+
+# The trial's stack: a GpuScaledJob with network_policy=False in a WorkloadNamespace whose default-deny selects it.
+STACK_URN = "urn:pulumi:prod::cyto-burst::pulumi:pulumi:Stack::cyto-burst-prod"
+JOB_URN = "urn:pulumi:prod::cyto-burst::pulumi:pulumi:Stack$gpuburst:index:GpuScaledJob::tils"
+NS_URN = "urn:pulumi:prod::cyto-burst::pulumi:pulumi:Stack$gpuburst:index:WorkloadNamespace::lab"
+
+
+def _child(rtype: str, name: str, props: dict, parent: str) -> Res:
+    owner = parent.split("::")[2].rsplit("$", 1)[-1]
+    return Res(rtype, f"urn:pulumi:prod::cyto-burst::{owner}${rtype}::{name}", name, parent, props)
+
+
+def test_with_network_policy_false_the_fix_is_a_policy_of_the_stacks_own_not_egress_cidrs():
+    sj = _child(T_SJ, "tils-scaledjob", worker(), JOB_URN)
+    deny = policy([], selector={}, name="default-deny")
+    deny = _child(T_NP, "lab-default-deny", deny.props, NS_URN)
+    (_urn, message), = rule.egress_findings([sj, deny])
+    assert "NetworkPolicy lab/default-deny" in message and "gpuburst:" not in message and "\n" not in message
+    fix = message.split("never takes a message; ", 1)[1]
+    assert fix.startswith("the component declares no NetworkPolicy of its own here (network_policy=False), so "
+                          "WorkerAccessArgs.egress_cidrs would change nothing")
+    assert "add a NetworkPolicy in namespace lab with podSelector.matchLabels {" in fix
+    assert "app.kubernetes.io/instance: 'tils'" in fix and "app.kubernetes.io/name: 'gpuburst-worker'" in fix
+    assert "TCP 443" in fix and "or set network_policy=True with WorkerAccessArgs.egress_cidrs=" in fix
+
+
+def test_with_the_components_own_policy_in_the_plan_the_fix_is_egress_cidrs():
+    vpc = Res(rule.VPC, "urn:pulumi:prod::cyto-burst::aws:ec2/vpc:Vpc::vpc", "vpc", STACK_URN,
+              {"cidrBlock": "10.64.0.0/16"})
+    elsewhere = {"to": [{"ipBlock": {"cidr": "10.99.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 443}]}
+    sj = _child(T_SJ, "tils-scaledjob", worker(), JOB_URN)
+    own = _child(T_NP, "tils-netpol", policy([DNS, elsewhere]).props, JOB_URN)
+    (_urn, message), = rule.egress_findings([vpc, sj, own])
+    assert message.endswith("never takes a message; pass WorkerAccessArgs.egress_cidrs=[the cluster's VPC CIDR]")
+    # Another GpuScaledJob's policy (another parent) is not this one's own.
+    other = _child(T_NP, "other-netpol", policy([DNS, elsewhere]).props, JOB_URN.replace("::tils", "::other"))
+    (_urn, message), = rule.egress_findings([vpc, sj, other])
+    assert "network_policy=False" in message
+
+
+def test_the_platform_fix_is_read_from_the_parent_where_the_urn_names_only_the_nearest_type():
+    platform_job = "urn:pulumi:dev::gpuburst::gpuburst:index:GpuBurstPlatform$gpuburst:index:GpuScaledJob::tils"
+    sj = _child(T_SJ, "tils-scaledjob", worker(), platform_job)
+    own = _child(T_NP, "tils-netpol", policy([DNS]).props, platform_job)
+    (_urn, message), = rule.egress_findings([sj, own])
+    assert "gpuburst:vpcCidr" in message and "WorkerAccessArgs" not in message
 
 
 def test_both_rules_are_in_the_pack_and_mandatory():

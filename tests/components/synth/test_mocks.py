@@ -47,3 +47,41 @@ def test_the_programs_log_lines_are_kept_in_order_and_handed_over_as_they_come()
                         LogLine("warning", "kubernetesVersion 1.34: standard support ends soon")]
     assert seen == res.logs and [str(line) for line in seen][0] == "info: chose the consumer: ordered work"
     assert run_under_mocks(lambda: aws.sqs.Queue("quiet")).logs == []  # a run's lines never leak into the next
+
+
+def test_closing_the_loops_steps_over_a_dead_weak_proxy():
+    """The collector's list can hold a weakref.proxy whose referent is gone; isinstance() on it raises ReferenceError,
+    which once failed every later program's error path in the same process (45 tests in one xdist worker)."""
+    import gc
+    import weakref
+
+    from components.synth.mocks import close_event_loops
+
+    class Referent:
+        pass
+
+    referent = Referent()
+    holder = [weakref.proxy(referent)]
+    del referent
+    assert any(type(o) is weakref.ProxyType for o in gc.get_objects()), "the dead proxy is not where the loop looks"
+    close_event_loops()
+    assert holder  # still held: the proxy was in gc.get_objects() while the loops were closed
+
+
+def test_a_urn_carries_its_parents_whole_chain_of_types_as_the_engine_gives_it():
+    """The engine's URN type is the parent's qualified type, `$`, then the resource's own (the SDK's create_urn builds
+    it the same way from the parent's URN); Pulumi's MockMonitor keeps only the nearest parent's type. Rules that
+    read the chain (policies/fixes.py) must see a synth plan as they see a real preview."""
+    import pulumi
+
+    def program():
+        outer = pulumi.ComponentResource("test:index:Outer", "outer")
+        inner = pulumi.ComponentResource("test:index:Inner", "inner", opts=pulumi.ResourceOptions(parent=outer))
+        aws.sqs.Queue("q", opts=pulumi.ResourceOptions(parent=inner))
+        aws.sqs.Queue("top")
+
+    res = run_under_mocks(program, project="proj", stack="st")
+    urns = {r.name: r.urn for r in res.registrations}
+    assert urns["q"] == "urn:pulumi:st::proj::test:index:Outer$test:index:Inner$aws:sqs/queue:Queue::q"
+    assert urns["inner"] == "urn:pulumi:st::proj::test:index:Outer$test:index:Inner::inner"
+    assert urns["top"] == "urn:pulumi:st::proj::aws:sqs/queue:Queue::top"

@@ -25,7 +25,8 @@ def test_summary_is_printed(dev):
 
 
 def test_summary_names_the_newest_patch_of_the_pinned_karpenter_line_and_its_action_required(dev):
-    section = dev["stdout"].split("Release lines (components/catalogue/lines.py", 1)[1].split("\n\n", 1)[0]
+    header = "Release lines (gpuburst.catalogue.lines; the Upgrading guide (docs/upgrading.md) moves a pin):"
+    section = dev["stdout"].split(header, 1)[1].split("\n\n", 1)[0]
     newest = catalogue.newest_patch("karpenter", catalogue.KARPENTER_VERSION)
     assert newest.version == "1.14.4"
     assert (f"karpenter {catalogue.KARPENTER_VERSION}: "

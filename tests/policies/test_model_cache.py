@@ -1,0 +1,191 @@
+"""Tests for `model-cache-folder`: a pod that mounts the model cache runs only where the node class makes its folder,
+judged on the node class of this plan (its user data) or on ExistingNodeClass.model_cache_folder (a workload stack)."""
+from __future__ import annotations
+
+import copy
+
+import pulumi_aws as aws
+import pytest
+from pulumi_policy import EnforcementLevel
+
+from components import catalogue
+from components.consumer import GpuConsumer, GpuConsumerArgs
+from components.existing import (
+    ExistingCluster,
+    ExistingClusterArgs,
+    ExistingKarpenter,
+    ExistingKarpenterArgs,
+    ExistingNodeClass,
+)
+from components.model_cache import ModelCache, ModelCacheArgs, cache_folder_script, model_cache_manifests
+from components.nodeclass import ec2_nodeclass_manifest
+from components.nodepool import GpuNodePool, GpuNodePoolArgs
+from components.spec.names import MODEL_CACHE_HOST_PATH, model_cache_folder_commands
+from components.spec.worker_pod import ModelMount, WorkerPodSettings
+from components.spec.workload import WorkloadFacts
+from components.synth.mocks import run_under_mocks
+from components.synth.synth import plan_document
+from policies import boundary, pack
+from policies import model_cache as rule
+from policies.facts import scope_of
+from policies.outside import Outside, violations
+from tests.policies import fragments as F
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/tils-worker@sha256:" + "ab" * 32
+T_PV = "kubernetes:core/v1:PersistentVolume"
+T_NODECLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+U = F.harness.UNKNOWN_STRING
+
+
+# -- a workload stack declared with the components, as the user trial did ---------------------------------------------
+
+def workload_stack(model_cache_folder: bool | None, cache: bool = True) -> dict:
+    """ExistingCluster (node class 'gpu' with the fact, or none), a NodePool booting it, a ModelCache and a
+    GpuConsumer whose ModelMount mounts it."""
+
+    def program():
+        classes = {} if model_cache_folder is None else {
+            "gpu": ExistingNodeClass(root_volume_gib=100, model_cache_folder=model_cache_folder)}
+        cluster = ExistingCluster("platform", ExistingClusterArgs(cluster_name="platform", node_classes=classes))
+        karpenter = ExistingKarpenter("karpenter", ExistingKarpenterArgs(version=catalogue.KARPENTER_VERSION))
+        pool = GpuNodePool("lab", GpuNodePoolArgs(nodeclass_name="gpu", nodepool_name="tils-lab", gpu_limit=4,
+                                                  instance_types=["g5.xlarge", "g5.2xlarge"], karpenter=karpenter))
+        claim = ModelCache("lab-cache", ModelCacheArgs(namespace="lab", volume_name="lab-model-cache",
+                                                       capacity_gib=20)).claim_name if cache else None
+        queue = aws.sqs.Queue("slides-queue", name="lab-slides", visibility_timeout_seconds=600)
+        GpuConsumer("studies", GpuConsumerArgs(
+            cluster_name=cluster.cluster_name, namespace="lab", queue_url=queue.url, queue_arn=queue.arn,
+            bucket_arn="arn:aws:s3:::lab-results", egress_cidrs=["10.64.0.0/16"], nodepool=pool,
+            facts=WorkloadFacts(items_independent=False, state_across_messages=True, ordered=True, model_load_s=10,
+                                seconds_per_item=6, burst_items=40, max_replicas=1),
+            pod=WorkerPodSettings(image=IMAGE, model=ModelMount(
+                uri="s3://lab-models/studies/v1.pt2", sha256="cd" * 32, cache_claim=claim,
+                cache_sub_path="lab-studies" if cache else None))))
+
+    return plan_document("lab", run_under_mocks(program, project="tils-lab", stack="lab"))
+
+
+def findings(plan: dict) -> list:
+    resources = F.as_res(plan)
+    return rule.cache_folder_findings(resources, scope_of(resources))
+
+
+def test_a_node_class_of_another_stack_not_said_to_make_the_folder_is_refused_in_one_line():
+    found = findings(workload_stack(model_cache_folder=False))
+    (message,) = [m for _urn, m in violations(found)]
+    assert "\n" not in message
+    assert "Deployment lab/studies" in message and "NodePool 'tils-lab'" in message
+    assert "model_cache_folder = False" in message and "ExistingCluster 'platform' nodeClasses['gpu']" in message
+    assert MODEL_CACHE_HOST_PATH in message and "ContainerCreating" in message
+    assert "ask the platform team" in message and "ExistingNodeClass(model_cache_folder=True)" in message
+
+
+def test_a_node_class_said_to_make_the_folder_passes():
+    assert findings(workload_stack(model_cache_folder=True)) == []
+
+
+def test_a_node_class_no_fact_describes_is_an_end_outside_this_stack():
+    found = findings(workload_stack(model_cache_folder=None))
+    (end,) = found
+    assert isinstance(end, Outside) and end.keys == (rule.FACT,)
+    assert "EC2NodeClass 'gpu'" in end.message and "is not in this plan" in end.message
+    lines = [m for _urn, m in boundary.boundary_findings(F.as_res(workload_stack(model_cache_folder=None)))
+             if MODEL_CACHE_HOST_PATH in m]
+    assert len(lines) == 1 and rule.NAME in lines[0] and "nodeClasses[name].modelCacheFolder" in lines[0]
+
+
+def test_a_pod_without_the_cache_is_not_judged():
+    assert findings(workload_stack(model_cache_folder=False, cache=False)) == []
+
+
+# -- the node class in this plan: its user data ---------------------------------------------------------------------
+
+def platform_like(boot_scripts: list[str], claim: str = "gpuburst-model-cache") -> dict:
+    """A NodePool and its EC2NodeClass (user data from `boot_scripts`), the cache's PersistentVolume, and a ScaledJob
+    mounting `claim`."""
+    nc = ec2_nodeclass_manifest("gpu", node_role="node-role", cluster_name="dev", boot_scripts=boot_scripts)
+    pv, _pvc = model_cache_manifests(namespace="gpu", volume_name="gpu-model-cache", capacity_gib=20, claim_name=claim)
+    job = F.scaled_job()
+    job["spec"]["jobTargetRef"]["template"]["spec"]["volumes"] = [
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}}]
+    return F.doc(F.entry(F.T_NODEPOOL, "gpu-nodepool", F.gpu_nodepool()), F.entry(T_NODECLASS, "gpu-nodeclass", nc),
+                 F.entry(T_PV, "cache-volume", pv), F.entry(F.T_SCALEDJOB, "slides", job))
+
+
+def test_the_folder_script_in_the_node_class_user_data_passes():
+    assert findings(platform_like([cache_folder_script()])) == []
+
+
+@pytest.mark.parametrize("scripts", [[], ["#!/bin/bash\necho other\n"]])
+def test_a_node_class_of_this_plan_without_the_folder_script_is_refused(scripts):
+    (finding,) = findings(platform_like(scripts))
+    assert not isinstance(finding, Outside)
+    urn, message = finding
+    assert urn == F.urn(F.T_SCALEDJOB, "slides")
+    assert "ScaledJob gpu/slides" in message and "EC2NodeClass 'gpu' spec.userData has no line" in message
+    assert all(repr(c) in message for c in model_cache_folder_commands())
+    assert "add cache_folder_script()'s text/x-shellscript part to spec.userData" in message  # a manifest's fix
+
+
+def test_the_fix_is_said_for_the_stack_that_declared_the_node_class():
+    plan = platform_like([])
+    nc = next(r for r in plan["resources"] if r["type"] == T_NODECLASS)
+    chain = f"gpuburst:index:Ec2NodeClass${T_NODECLASS}"
+    nc["urn"] = f"urn:pulumi:dev::gpuburst::{chain}::gpu-nodeclass"
+    (finding,) = findings(plan)
+    assert "pass Ec2NodeClassArgs(boot_scripts=[cache_folder_script()])" in finding[1]
+    nc["urn"] = f"urn:pulumi:dev::gpuburst::gpuburst:index:GpuBurstPlatform${chain}::gpu-nodeclass"
+    (finding,) = findings(plan)
+    assert "gpuburst:workloads.<name>.model" in finding[1] and "Ec2NodeClassArgs" not in finding[1]
+
+
+def test_one_missing_line_is_named():
+    script = cache_folder_script().replace(f"chmod 2770 {MODEL_CACHE_HOST_PATH}\n", "")
+    (finding,) = findings(platform_like([script]))
+    assert f"has no line 'chmod 2770 {MODEL_CACHE_HOST_PATH}'" in finding[1] and "mkdir" not in finding[1]
+
+
+def test_a_claim_bound_to_the_folder_under_another_name_is_the_cache_too():
+    (finding,) = findings(platform_like([], claim="lab-cache"))
+    assert "spec.userData" in finding[1]
+    plan = platform_like([], claim="lab-cache")
+    no_pv = F.doc(*[r for r in plan["resources"] if r["type"] != T_PV])
+    assert findings(no_pv) == []  # a claim of another name, bound to no cache folder of this plan: not the cache
+
+
+def test_a_pod_that_lands_on_no_pool_of_the_node_class_is_not_judged_by_it():
+    plan = platform_like([])
+    job = next(r for r in plan["resources"] if r["type"] == F.T_SCALEDJOB)
+    job["properties"]["spec"]["jobTargetRef"]["template"]["spec"]["tolerations"] = []  # the GPU taint keeps it off
+    # A whole plan: the pod's Pending state is gpu-pod-schedulable's; this rule has no node class to judge.
+    resources = F.as_res(F.doc(*plan["resources"], F.entry(F.T_PLATFORM, "gpuburst", {})))
+    assert rule.cache_folder_findings(resources, scope_of(resources)) == []
+
+
+def test_unknown_inputs_are_named_not_passed():
+    plan = platform_like([])
+    nc = next(r for r in plan["resources"] if r["type"] == T_NODECLASS)
+    nc["properties"]["spec"]["userData"] = U
+    (finding,) = findings(F.doc(*plan["resources"]))
+    assert "spec.userData is unknown during preview" in finding[1]
+    worker = copy.deepcopy(F.scaled_job())
+    worker["spec"]["jobTargetRef"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] = "gpuburst-worker"
+    worker["spec"]["jobTargetRef"]["template"]["spec"]["volumes"] = [
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": U}}]
+    (finding,) = findings(F.doc(F.entry(F.T_SCALEDJOB, "slides", worker)))
+    assert "claimName is unknown during preview" in finding[1] and "mounts the model cache" in finding[1]
+
+
+# -- in the pack ------------------------------------------------------------------------------------------------------
+
+def test_it_is_mandatory_in_the_pack_and_reads_the_fact_from_the_reference():
+    levels = {p.name: p.enforcement_level for p in pack.all_policies()}
+    assert levels[rule.NAME] == EnforcementLevel.MANDATORY
+    assert rule in boundary.SOURCES
+
+
+def test_over_grpc_the_refused_workload_stack_fails(analyze):
+    report = analyze(workload_stack(model_cache_folder=False))
+    (found,) = report.by_policy(rule.NAME)
+    assert found.level == "MANDATORY" and "model_cache_folder = False" in found.message
+    assert analyze(workload_stack(model_cache_folder=True)).by_policy(rule.NAME) == []
