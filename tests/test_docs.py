@@ -161,3 +161,13 @@ def test_the_readme_links_into_pages_and_headings_that_exist(site):
         if anchor:
             assert f'id="{anchor}"' in built.read_text(encoding="utf-8"), \
                 f"README links to {page}#{anchor}: no such heading"
+
+
+def test_the_check_lines_quoted_in_the_docs_count_the_pack_as_it_is():
+    """A guide quotes `gpuburst check`'s last line: its policy count is the pack's (a rule added since goes stale)."""
+    from policies.pack import all_policies
+
+    quoted = {(page.name, int(n)) for page in sorted((ROOT / "docs").glob("*.md"))
+              for n in re.findall(r"\(pack gpuburst-guardrails, (\d+) policies\)", page.read_text(encoding="utf-8"))}
+    assert quoted, "no quoted check line found in docs/"
+    assert {(name, n) for name, n in quoted if n != len(all_policies())} == set(), f"the pack has {len(all_policies())}"
