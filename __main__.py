@@ -25,6 +25,9 @@ else:
     pulumi.export("gpuNodePool", platform.gpu_nodepool_name)
     pulumi.export("namespace", platform.namespace_name)
     pulumi.export("resultsPrefix", platform.results_prefix)
+    # Every value a workload stack on this cluster reads, under its config key names (docs/workload-stack.md §2):
+    # `pulumi stack output workloadStackConfig --json` is what the platform team hands a lab.
+    pulumi.export("workloadStackConfig", platform.workload_stack_config)
     # Run once after the first `pulumi up` (GPU nodes pull these images from the stack's ECR mirror, not the internet).
     pulumi.export("mirrorCopyCommands", platform.mirror_copy_commands)
     if platform.verify_runner is not None:

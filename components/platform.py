@@ -44,6 +44,7 @@ from .spec.names import WORKER_IMAGE_CUDA_ANNOTATION, control_plane_log_group
 from .spec.validation import ConfigError, names_its_errors
 from .spec.worker_pod import ModelMount
 from .spec.workload import WorkloadFacts
+from .spec.workload_stack_config import WorkloadStackConfig, keda_watch_namespaces, workload_stack_config
 from .storage import SlideStorage, SlideStorageArgs
 from .verify_runner import VerifyRunner, VerifyRunnerArgs
 from .warm_floor import WarmGpuFloor, WarmGpuFloorArgs
@@ -126,6 +127,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
     results_prefix: str
     workload_patterns: dict[str, dict[str, str]]
     worker_role_arns: dict[str, pulumi.Output[str]]
+    workload_stack_config: WorkloadStackConfig
 
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None, *,
                  network: ExistingNetwork | None = None, namespace: str = WORKLOAD_NAMESPACE,
@@ -139,8 +141,10 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         (then it must enforce Pod Security `restricted` itself; default True). `s3_vpc_endpoint_ids`: the S3 VPC
         endpoints the slides and results buckets may be reached through; every other request is refused except from
         `break_glass_role_arns` (`SlideStorageArgs`). Default None: the platform's own network's S3 endpoints
-        (interface and gateway), none with an existing `network`. KEDA watches only
-        `namespace` and `keda_extra_watch_namespaces` (another team's namespaces with ScaledJobs; default none).
+        (interface and gateway), none with an existing `network`. KEDA watches only `namespace`, the config's
+        `keda_extra_watch_namespaces` (`gpuburst:kedaExtraWatchNamespaces`) and `keda_extra_watch_namespaces`
+        (other teams' namespaces with ScaledJobs; default none); `workload_stack_config` lists them, and every other
+        value a workload stack on this cluster reads (spec.workload_stack_config).
         `control_plane_log_retention_days`: retention of the EKS control-plane log group (default 90).
         `verify_image`: an image with gpuburst installed, pinned by digest: the platform then declares a
         VerifyRunner (verify's RBAC and IAM, and a hook Job per set of guarded versions). Default None: none (the
@@ -231,7 +235,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             wait_for=[*self.cluster.ready, self.gpu_node_security], tags=tags,
             batch_idle_s=config.karpenter_batch_idle_s, batch_max_s=config.karpenter_batch_max_s,
             node_ssm=config.gpu_node_ssm), opts=in_cluster)
-        self.nodeclass = Ec2NodeClass(f"{name}-gpu-nodeclass", Ec2NodeClassArgs(
+        nodeclass_args = Ec2NodeClassArgs(
             node_role=self.karpenter.node_role_name, cluster_name=prefix, crd_chart=self.karpenter.crd_chart,
             ami_alias=config.ami_alias, tags=tags,
             instance_store_policy=(instance_store_policy_for(config.gpu_instance_types)
@@ -239,7 +243,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
             fast_image_pull=config.fast_image_pull, subnet_selector_tags={GPU_SUBNETS_TAG: prefix},
             security_group_selector_tags={GPU_NODES_TAG: prefix},
             # The model cache's node folder (components/model_cache.py), made before kubelet starts.
-            boot_scripts=[cache_folder_script()] if models else []), opts=in_cluster)
+            boot_scripts=[cache_folder_script()] if models else [])
+        self.nodeclass = Ec2NodeClass(f"{name}-gpu-nodeclass", nodeclass_args, opts=in_cluster)
         self.nodepool = GpuNodePool(f"{name}-gpu-nodepool", GpuNodePoolArgs(
             nodeclass_name=self.nodeclass.nodeclass_name, crd_chart=self.karpenter.crd_chart,
             gpu_limit=config.gpu_limit, instance_types=config.gpu_instance_types,
@@ -257,9 +262,11 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         self.device_plugin = NvidiaDevicePlugin(f"{name}-nvidia-device-plugin", NvidiaDevicePluginArgs(
             cdi_feature_flags=config.device_plugin_cdi_feature_flags,
             image_repository=mirrored.get(DEVICE_PLUGIN_IMAGE_SOURCE)), opts=in_cluster)
+        # the stack's gpuburst:kedaExtraWatchNamespaces, then those a program passes itself
+        watched = keda_watch_namespaces(namespace, [*config.keda_extra_watch_namespaces, *keda_extra_watch_namespaces])
         self.keda = Keda(f"{name}-keda", KedaArgs(
             cluster_name=prefix, version=config.keda_version, image_repositories=mirrored,
-            watch_namespaces=list(dict.fromkeys([namespace, *keda_extra_watch_namespaces]))), opts=in_cluster)
+            watch_namespaces=watched), opts=in_cluster)
 
         self.namespace_name = namespace
         self.namespace: k8s.core.v1.Namespace | None = None if not create_namespace else k8s.core.v1.Namespace(
@@ -411,6 +418,15 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         self.worker_role_arns = {n: wl.role_arn for n, wl in self.workloads.items()}
         self.gpu_nodepool_name = self.nodepool.nodepool_name
         self.results_prefix = self.storage.results_prefix
+        # What a workload stack attached to this cluster reads from its own stack file (docs/workload-stack.md §2).
+        self.workload_stack_config = workload_stack_config(
+            cluster_name=prefix, vpc_cidr=vpc_cidr, keda_version=self.keda.version,
+            keda_operator_role_arn=self.keda.operator_role_arn, keda_watch_namespaces=watched,
+            karpenter_version=config.karpenter_version, node_class=self.nodeclass.nodeclass_name,
+            node_class_root_volume_gib=nodeclass_args.root_volume_gib, node_class_model_cache_folder=bool(models),
+            network_policy_enforced=True,  # Cluster sets the VPC CNI's enable_network_policy (components/cluster.py)
+            slides_bucket_arn=self.storage.slides_bucket_arn, results_bucket_arn=self.storage.results_bucket_arn,
+            image=worker_image, worker_image=config.worker_image, worker_image_cuda=config.worker_image_cuda)
         self.register_outputs({
             "clusterName": self.cluster_name, "queueUrls": self.queue_urls, "imageRef": self.image_ref,
             "workloads": self.workload_patterns})

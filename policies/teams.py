@@ -90,8 +90,9 @@ def watch_findings(resources: list[Res], scope: Scope) -> list[Finding | Outside
         if ns in watched:
             continue
         elsewhere = (f"ask the platform team to add {ns!r} to its KEDA's watched namespaces "
-                     "(keda_extra_watch_namespaces), then to ExistingKedaArgs.watch_namespaces")
-        fix = fix_for(r.urn, platform=f"add {ns!r} to GpuBurstPlatform(keda_extra_watch_namespaces=[...])",
+                     "(gpuburst:kedaExtraWatchNamespaces), then take kedaWatchNamespaces from its "
+                     "workloadStackConfig output into ExistingKedaArgs.watch_namespaces")
+        fix = fix_for(r.urn, platform=f"add {ns!r} to gpuburst:kedaExtraWatchNamespaces",
                       component=f"add {ns!r} to KedaArgs.watch_namespaces" if keda else elsewhere,
                       manifest=f"add {ns!r} to the KEDA chart's watchNamespace" if keda else elsewhere)
         out.append((r.urn, f"{describe_res(r)} is in namespace {ns}, which KEDA does not watch ({said}; watched: "

@@ -43,6 +43,9 @@ _ALIAS = re.compile(r"^al2023@(latest|v\d{8})$")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 
 
 def _is_cidr(v: Any) -> bool:
@@ -145,6 +148,7 @@ _KEYS: dict[str, str] = {
     "kedaVersion": "keda_version",
     "kedaProvider": "keda_provider",
     "kedaIdentityOwner": "keda_identity_owner",
+    "kedaExtraWatchNamespaces": "keda_extra_watch_namespaces",
     "gpuInstanceTypes": "gpu_instance_types",
     "gpuCapacityTypes": "gpu_capacity_types",
     "gpuLimit": "gpu_limit",
@@ -231,6 +235,10 @@ def _rules(cfg: Mapping[str, Any]) -> list[Rule]:
         _keda_provider_ok(cfg),
         Rule("kedaIdentityOwner", lambda v: v is None or v in catalogue.KEDA_IDENTITY_OWNERS,
              f"one of {catalogue.join(catalogue.KEDA_IDENTITY_OWNERS)} (or unset to use a roleArn)"),
+        Rule("kedaExtraWatchNamespaces", lambda v: _str_list(v) and all(_DNS_LABEL.fullmatch(x) for x in v)
+             and len(set(v)) == len(v),
+             "a list of distinct namespace names (DNS labels: lower-case letters, digits, '-', at most 63), e.g. "
+             "[cyto-slides]: other teams' namespaces KEDA watches besides the platform's (or [] for none)"),
         Rule("gpuInstanceTypes", lambda v: _str_list(v) and all(_INSTANCE_TYPE.match(x) for x in v)
              and len(set(v)) >= 2,
              "a list of at least two distinct EC2 instance types (a family of sizes, e.g. g5.xlarge, g5.2xlarge): "

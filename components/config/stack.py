@@ -175,6 +175,10 @@ class StackConfig:
     """TriggerAuthentication `podIdentity.provider`. Default: aws."""
     keda_identity_owner: str | None = None
     """`podIdentity.identityOwner` (keda|workload) instead of a roleArn. Default: None (use a roleArn)."""
+    keda_extra_watch_namespaces: tuple[str, ...] = ()
+    """Namespaces of other teams' workload stacks (their ScaledJobs) that KEDA watches besides the platform's own
+    workload namespace, distinct DNS labels: KEDA scales nothing outside the namespaces it watches. The
+    platform adds them to its own `keda_extra_watch_namespaces` argument. Default: none."""
     gpu_instance_types: tuple[str, ...] = ("g4dn.xlarge", "g4dn.2xlarge", "g5.xlarge", "g5.2xlarge")
     """Instance types the GPU NodePool may launch, each in `catalogue.INSTANCE_TYPES`: a family of sizes, never one
     type. Default: g4dn/g5 xlarge+2xlarge."""

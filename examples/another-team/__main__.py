@@ -37,8 +37,9 @@ node_class = cfg.require("nodeClass")
 worker_role_path = "/tils-lab/workers/"
 
 cluster = ExistingCluster("platform", ExistingClusterArgs(
-    cluster_name=cfg.require("clusterName"), network_policy_enforced=True,
-    node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"))}))
+    cluster_name=cfg.require("clusterName"), network_policy_enforced=cfg.require_bool("networkPolicyEnforced"),
+    node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"),
+                                                model_cache_folder=cfg.require_bool("nodeClassModelCacheFolder"))}))
 # KEDA scales only the namespaces it watches: the platform lists ours (keda_extra_watch_namespaces), and the pack
 # refuses a ScaledJob in a namespace this list does not hold.
 keda = ExistingKeda("keda", ExistingKedaArgs(version=cfg.require("kedaVersion"),

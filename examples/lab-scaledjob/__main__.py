@@ -42,8 +42,9 @@ messages_per_job = 5
 
 # What the platform stack runs: referenced, never installed a second time.
 cluster = ExistingCluster("platform", ExistingClusterArgs(
-    cluster_name=cfg.require("clusterName"), network_policy_enforced=True,
-    node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"))}))
+    cluster_name=cfg.require("clusterName"), network_policy_enforced=cfg.require_bool("networkPolicyEnforced"),
+    node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"),
+                                                model_cache_folder=cfg.require_bool("nodeClassModelCacheFolder"))}))
 keda = ExistingKeda("keda", ExistingKedaArgs(version=cfg.require("kedaVersion"),
                                             operator_role_arn=cfg.require("kedaOperatorRoleArn"),
                                             watch_namespaces=cfg.require_object("kedaWatchNamespaces")))

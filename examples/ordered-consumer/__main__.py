@@ -37,8 +37,9 @@ node_class = cfg.require("nodeClass")
 worker_role_path = "/cyto-studies/workers/"
 
 cluster = ExistingCluster("platform", ExistingClusterArgs(
-    cluster_name=cfg.require("clusterName"), network_policy_enforced=True,
-    node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"))}))
+    cluster_name=cfg.require("clusterName"), network_policy_enforced=cfg.require_bool("networkPolicyEnforced"),
+    node_classes={node_class: ExistingNodeClass(root_volume_gib=cfg.require_int("nodeClassRootVolumeGiB"),
+                                                model_cache_folder=cfg.require_bool("nodeClassModelCacheFolder"))}))
 karpenter = ExistingKarpenter("karpenter", ExistingKarpenterArgs(version=cfg.require("karpenterVersion")))
 
 # The facts decide the pattern: ordered, stateful work runs as one consumer. require_pattern refuses the other

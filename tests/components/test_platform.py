@@ -331,3 +331,21 @@ def test_the_bootstrap_up_declares_only_the_key_the_network_and_the_runner_under
             "aws:codebuild/project:Project"} <= types
     assert {r["urn"] for r in boot["resources"]} <= {r["urn"] for r in prod["plan"]["resources"]}
     assert set(boot["outputs"]) == {"bootstrap"}
+
+
+def test_the_workload_stack_config_follows_the_model_the_prebuilt_image_and_the_extra_namespaces():
+    """A workload model makes the node class run cache_folder_script(), so the output says so; a prebuilt image with
+    no declared CUDA has no imageCuda; KEDA's watch list is the one its chart is given."""
+    import pulumi
+
+    config = _lab_config({"model": {"uri": "s3://tils-lab-models/tils/v3.pt2", "sha256": DIGEST}},
+                         workerImage=LAB_IMAGE)
+    res = run_under_mocks(lambda: pulumi.export("w", GpuBurstPlatform(
+        "p", config, keda_extra_watch_namespaces=["lab-tils", "gpuburst"]).workload_stack_config))
+    out = res.outputs["w"]
+    assert out["nodeClassModelCacheFolder"] is True and "imageCuda" not in out and out["image"] == LAB_IMAGE
+    assert out["kedaWatchNamespaces"] == ["gpuburst", "lab-tils"]
+    (keda,) = [r for r in res.monitor.by_type("kubernetes:helm.sh/v4:Chart") if r.properties.get("chart") == "keda"]
+    assert keda.properties["values"]["watchNamespace"] == "gpuburst,lab-tils"
+    (nodeclass,) = res.monitor.by_type("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+    assert "gpuburst-model-cache" in nodeclass.properties["spec"]["userData"]

@@ -455,3 +455,25 @@ def test_a_bad_deploy_field_is_one_line_naming_it():
     bad = {**DEPLOY, "slideUploaders": [{"roleArn": "arn:aws:iam::123456789012:role/scanner", "cidrs": ["0.0.0.0/0"]}]}
     with pytest.raises(ConfigError, match=r"^gpuburst:deploy.slideUploaders\[0\].cidrs: '0.0.0.0/0' is not valid"):
         parse_config({**MINIMAL, "gpuburst:deploy": json.dumps(bad)})
+
+
+def test_keda_extra_watch_namespaces_are_parsed_and_default_to_none():
+    assert parse_config(MINIMAL).keda_extra_watch_namespaces == ()
+    cfg = parse_config({**MINIMAL, "gpuburst:kedaExtraWatchNamespaces": json.dumps(["cyto-slides", "lab-tils"])})
+    assert cfg.keda_extra_watch_namespaces == ("cyto-slides", "lab-tils")
+
+
+@pytest.mark.parametrize("bad", [["Cyto-Slides"], ["cyto-slides", "cyto-slides"], "cyto-slides", ["-lab"],
+                                 ["a" * 64], [7]])
+def test_a_bad_keda_extra_watch_namespace_list_is_one_line_naming_key_and_value(bad):
+    with pytest.raises(ConfigError) as e:
+        parse_config({**MINIMAL, "gpuburst:kedaExtraWatchNamespaces": json.dumps(bad) if not isinstance(bad, str)
+                      else bad})
+    assert one_line(e.value).startswith(f"gpuburst:kedaExtraWatchNamespaces: {bad!r} is not valid: a list of "
+                                        "distinct namespace names")
+
+
+def test_a_misspelt_keda_extra_watch_namespaces_key_gets_a_did_you_mean():
+    with pytest.raises(ConfigError) as e:
+        parse_config({**MINIMAL, "gpuburst:kedaExtraWatchNamespace": json.dumps(["cyto-slides"])})
+    assert "did you mean gpuburst:kedaExtraWatchNamespaces?" in one_line(e.value)
