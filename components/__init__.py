@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "GpuConsumer": "consumer", "GpuConsumerArgs": "consumer",
     "WorkerPodSettings": "spec.worker_pod", "WorkerAccessArgs": "pod", "ModelMount": "spec.worker_pod",
     "ModelCache": "model_cache", "ModelCacheArgs": "model_cache", "cache_folder_script": "model_cache",
+    "ModelCacheAdmission": "model_cache",
     "WorkloadFacts": "spec.workload", "PatternChoice": "planning.chooser", "choose_pattern": "planning.chooser",
     "require_pattern": "planning.chooser",
     # What another stack already runs: referenced, not re-created
@@ -66,7 +67,8 @@ __all__ = ["AuditTrail", "AuditTrailArgs", "BurstBudget", "Cluster", "ClusterArg
            "ExistingKeda", "ExistingKedaArgs", "ExistingNetwork", "ExistingNodeClass", "GpuBurstPlatform",
            "GpuConsumer", "GpuConsumerArgs", "GpuNodePool", "GpuNodePoolArgs", "GpuNodeSecurity",
            "GpuNodeSecurityArgs", "GpuScaledJob", "GpuScaledJobArgs", "Karpenter", "KarpenterArgs", "Keda", "KedaArgs",
-           "KedaScalerAuth", "KedaScalerAuthArgs", "ModelCache", "ModelCacheArgs", "ModelMount", "ModelSource",
+           "KedaScalerAuth", "KedaScalerAuthArgs", "ModelCache", "ModelCacheAdmission", "ModelCacheArgs", "ModelMount",
+           "ModelSource",
            "NvidiaDevicePlugin", "NvidiaDevicePluginArgs", "PatternChoice", "ScaledJobSettings", "SlideStorage",
            "SlideStorageArgs", "StackConfig", "TriggerAuthSpec", "VerifyRunner", "VerifyRunnerArgs", "WarmGpuFloor",
            "WarmGpuFloorArgs", "WarmGpus", "WorkQueue", "WorkQueueArgs", "WorkerAccessArgs", "WorkerBuild",
@@ -109,7 +111,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, imported eagerly 
     from .karpenter import Karpenter, KarpenterArgs
     from .keda import Keda, KedaArgs, KedaScalerAuth, KedaScalerAuthArgs, TriggerAuthSpec
     from .keys import DataKey, DataKeyArgs
-    from .model_cache import ModelCache, ModelCacheArgs, cache_folder_script
+    from .model_cache import ModelCache, ModelCacheAdmission, ModelCacheArgs, cache_folder_script
     from .network import GpuNodeSecurity, GpuNodeSecurityArgs, WorkloadNetwork, WorkloadNetworkArgs
     from .nodeclass import Ec2NodeClass, Ec2NodeClassArgs, ec2_nodeclass_manifest
     from .nodepool import GpuNodePool, GpuNodePoolArgs, gpu_nodepool_manifest

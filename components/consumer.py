@@ -92,7 +92,7 @@ def consumer_deployment_manifest(*, name: str, namespace: str, queue_url: pulumi
     command = ["python", "-m", "worker", "consume", "--mode", "service", "--queue-url", queue_url]
     template = hardened_pod_template(pod, command=command, queue_url=queue_url,
                                      service_account_name=service_account_name, restart_policy="Always",
-                                     labels=labels, nodepool=nodepool)
+                                     labels=labels, nodepool=nodepool, namespace=namespace)
     if capacity_type is not None:
         template["spec"]["nodeSelector"] = {**template["spec"].get("nodeSelector", {}),
                                             CAPACITY_TYPE_LABEL: capacity_type}

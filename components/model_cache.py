@@ -1,5 +1,6 @@
 """The node-local model cache: a hostPath PersistentVolume on every GPU node's kubelet disk, claimed in the workloads'
-namespace, and the node user data that makes its folder; the worker pods mount it with their workload as subPath.
+namespace, and the node user data that makes its folder; the worker pods mount it with `<namespace>/<workload folder>`
+as subPath, and an admission rule (`ModelCacheAdmission`) refuses any other.
 
 Why a PersistentVolume and not a hostPath volume in the pod: the workloads' namespace enforces the Pod Security
 Standard `restricted`, which refuses a pod whose `spec.volumes` holds a hostPath (so does `baseline`). A pod that
@@ -11,10 +12,16 @@ disk). `ReadWriteMany` says that many nodes use it at once; a hostPath is not at
 Why that folder (`names.MODEL_CACHE_HOST_PATH`, in kubelet's root): it is on the local NVMe wherever
 `instanceStorePolicy: RAID0` put kubelet there, and on the root volume elsewhere, whichever order nodeadm sets up the
 disks and runs the user data in. The user data makes it `root:10001` with mode 2770 (`hostPath.type: Directory`: a
-node that lacks it fails the mount visibly instead of caching as root); kubelet makes each workload's subPath folder
-with the same mode, and the setgid bit gives it the worker's group, so uid 10001 writes there and no one else but
+node that lacks it fails the mount visibly instead of caching as root); kubelet makes each workload's subPath folders
+with the same mode, and the setgid bit gives them the worker's group, so uid 10001 writes there and no one else but
 root. The worker verifies every model's digest when it reads it from the cache, and keeps the cache under
 MODEL_CACHE_MAX_BYTES.
+
+The layout inside the folder is `<namespace>/<cache_sub_path>` (`spec.model_cache_admission.cache_sub_path`): one
+folder per namespace, one per workload in it. Every namespace's claim reaches the same node folder, and the subPath is
+written by whoever writes the pod spec, so the cluster holds a ValidatingAdmissionPolicy (`ModelCacheAdmission`,
+declared by GpuBurstPlatform; the argument and the exact rules are in spec/model_cache_admission.py) that refuses a pod
+mounting the cache claim with a subPath outside its own namespace's folder, none, or a subPathExpr.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .spec.model_cache_admission import admission_binding_manifest, admission_policy_manifest
 from .spec.names import (
     MODEL_CACHE_CLAIM,
     MODEL_CACHE_DIR_MODE,
@@ -86,8 +94,8 @@ class ModelCacheArgs:
     another stack's node class says so with `ExistingNodeClass(model_cache_folder=True)`, which the pack's
     `model-cache-folder` rule requires. The pods mount the claim (`ModelCache.claim_name`, always
     `names.MODEL_CACHE_CLAIM`, so one ModelCache per namespace) with `ModelMount(cache_claim=cache.claim_name,
-    cache_sub_path=...)`; every claim reaches the same node folder, so a sub path must be unique in the cluster, not
-    only in the namespace (e.g. `<namespace>-<workload>`)."""
+    cache_sub_path=...)`: the pods' subPath is `<namespace>/<cache_sub_path>`, so a sub path is unique in its
+    namespace (the workload's name) and the cluster's `ModelCacheAdmission` keeps each namespace in its folder."""
 
     namespace: str
     """The workloads' namespace (the claim lives there; it must exist). Required."""
@@ -118,3 +126,25 @@ class ModelCache(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[volume, *(args.depends_on or [])]))
         self.claim_name = pvc["metadata"]["name"]
         self.register_outputs({"claimName": self.claim_name, "volumeName": args.volume_name})
+
+
+@names_its_errors
+class ModelCacheAdmission(pulumi.ComponentResource):
+    """The cluster's rule that a pod mounts the model cache's claim only under its own namespace's folder: the
+    ValidatingAdmissionPolicy and its binding of `spec/model_cache_admission.py` (cluster-scoped, one per cluster;
+    GpuBurstPlatform declares it always, since a workload stack on its cluster may declare a cache of its own)."""
+
+    policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
+    """The ValidatingAdmissionPolicy (`model_cache_admission.admission_policy_manifest()`)."""
+    binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
+    """Its binding: every namespace, Deny."""
+
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuburst:index:ModelCacheAdmission", name, None, opts)
+        vap, vapb = admission_policy_manifest(), admission_binding_manifest()
+        self.policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-policy", metadata=vap["metadata"], spec=vap["spec"], opts=pulumi.ResourceOptions(parent=self))
+        self.binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-binding", metadata=vapb["metadata"], spec=vapb["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.policy]))
+        self.register_outputs({"policyName": vap["metadata"]["name"]})

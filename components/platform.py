@@ -22,7 +22,7 @@ from .image import WorkerImage, WorkerImageArgs, lab_image_args
 from .karpenter import Karpenter, KarpenterArgs
 from .keda import Keda, KedaArgs
 from .keys import DataKey, DataKeyArgs
-from .model_cache import ModelCache, ModelCacheArgs, cache_folder_script
+from .model_cache import ModelCache, ModelCacheAdmission, ModelCacheArgs, cache_folder_script
 from .network import (
     GPU_NODES_TAG,
     GPU_SUBNETS_TAG,
@@ -116,6 +116,7 @@ class GpuBurstPlatform(pulumi.ComponentResource):
     device_plugin: NvidiaDevicePlugin
     keda: Keda
     default_deny: k8s.networking.v1.NetworkPolicy
+    model_cache_admission: ModelCacheAdmission
     storage: SlideStorage
     audit: AuditTrail
     kubeconfig_json: pulumi.Output[str]
@@ -315,6 +316,9 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         worker_image: pulumi.Input[str] = config.worker_image if built is None else built.image_ref
         image_annotations = ({WORKER_IMAGE_CUDA_ANNOTATION: config.worker_image_cuda}
                              if config.worker_image_cuda is not None else {})
+        # Each namespace's pods mount the model cache only under `<namespace>/` (spec/model_cache_admission.py): always
+        # declared, since a workload stack on this cluster may declare a cache of its own.
+        self.model_cache_admission = ModelCacheAdmission(f"{name}-model-cache-admission", opts=in_cluster)
         self.model_cache: ModelCache | None = None
         if models:
             self.model_cache = ModelCache(f"{name}-model-cache", ModelCacheArgs(
@@ -354,7 +358,8 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                                     priority_class_name=self.warm_floor.priority_class_name if self.warm_floor
                                     else None, model=model, precision=w.precision, annotations=image_annotations)
             workload_env_names.update(e["name"] for e in worker_env(pod, ""))
-            cache_dependency = [self.model_cache] if model is not None and self.model_cache is not None else []
+            cache_dependency = ([self.model_cache, self.model_cache_admission.binding]
+                                if model is not None and self.model_cache is not None else [])
             workload_opts = pulumi.ResourceOptions.merge(
                 in_cluster, pulumi.ResourceOptions(depends_on=[*namespace_dependency, self.nodepool.resource,
                                                                self.device_plugin.chart, *workload_priority,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 
 from .catalogue.network import DEFAULT_VPC_CIDR
+from .spec.model_cache_admission import cache_sub_path
 from .spec.names import GPU_NODE_SELECTOR, GPU_RESOURCE, GPU_TOLERATION, NODEPOOL_LABEL, WORKER_UID
 from .spec.policy_documents import (
     dead_letter_sender_statements,
@@ -111,21 +112,30 @@ def worker_env(s: WorkerPodSettings, queue_url: pulumi.Input[str]) -> list[dict[
     return env
 
 
-def model_cache_volume(m: ModelMount | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def model_cache_volume(m: ModelMount | None,
+                       namespace: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, volumeMounts) of the node-local model cache: the cache's PersistentVolumeClaim (a hostPath volume
-    on the GPU node, `model_cache.py`) mounted read-write at MODEL_CACHE_PATH with the workload's own folder as
-    subPath, so a pod sees its workload's models only. Empty without a model or a cache. The worker re-verifies every
-    model's digest when it reads it from there."""
+    on the GPU node, `model_cache.py`) mounted read-write at MODEL_CACHE_PATH with the workload's own folder,
+    `<namespace>/<cache_sub_path>` (`model_cache_admission.cache_sub_path`), as subPath, so a pod sees its workload's
+    models only; the cluster's admission rule refuses any other folder than one under the pod's namespace. Empty
+    without a model or a cache; ConfigError when the cache is mounted and `namespace` is None. The worker re-verifies
+    every model's digest when it reads it from there."""
     if m is None or m.cache_claim is None:
         return [], []
+    if not isinstance(namespace, str) or not namespace:
+        raise ConfigError("namespace", namespace, "the worker pod's namespace: the model cache's subPath is "
+                                                  "'<namespace>/<ModelMount.cache_sub_path>'")
     return ([{"name": "model-cache", "persistentVolumeClaim": {"claimName": m.cache_claim}}],
-            [{"name": "model-cache", "mountPath": MODEL_CACHE_PATH, "subPath": m.cache_sub_path}])
+            [{"name": "model-cache", "mountPath": MODEL_CACHE_PATH,
+              "subPath": cache_sub_path(namespace, str(m.cache_sub_path))}])
 
 
 def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]], queue_url: pulumi.Input[str],
-                      service_account_name: str, restart_policy: str, nodepool: str | None = None) -> dict[str, Any]:
+                      service_account_name: str, restart_policy: str, nodepool: str | None = None,
+                      namespace: str | None = None) -> dict[str, Any]:
     """A PodSpec (plain dict, may hold Outputs) running `command` in the hardened worker container, on the nodes of
-    NodePool `nodepool` when given (`worker_node_selector`).
+    NodePool `nodepool` when given (`worker_node_selector`). `namespace`: the pod's, required with a model cache
+    (its subPath is under it, `model_cache_volume`).
 
     No liveness/readiness probes: a job must not be restarted by a probe mid-slide (its success is its exit code),
     and the consumer serves no traffic (no Service) while its progress is watched through the queue.
@@ -137,7 +147,7 @@ def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]],
     if restart_policy not in ("Never", "OnFailure", "Always"):
         raise ConfigError("restartPolicy", restart_policy, "Never, OnFailure or Always")
     ephemeral_gib = s.scratch_gib + s.tmp_gib
-    cache_volumes, cache_mounts = model_cache_volume(s.model)
+    cache_volumes, cache_mounts = model_cache_volume(s.model, namespace)
     resources = {
         "requests": {"cpu": fmt_cpu(s.cpu_cores), "memory": f"{s.memory_gib}Gi",
                      "ephemeral-storage": f"{ephemeral_gib}Gi", GPU_RESOURCE: str(s.gpus)},
@@ -199,14 +209,14 @@ def hardened_pod_spec(s: WorkerPodSettings, *, command: list[pulumi.Input[str]],
 
 def hardened_pod_template(s: WorkerPodSettings, *, command: list[pulumi.Input[str]], queue_url: pulumi.Input[str],
                           service_account_name: str, restart_policy: str, labels: dict[str, str],
-                          nodepool: str | None = None) -> dict[str, Any]:
+                          nodepool: str | None = None, namespace: str | None = None) -> dict[str, Any]:
     """A PodTemplateSpec: `hardened_pod_spec` plus labels, the karpenter.sh/do-not-disrupt annotation and
     `s.annotations`."""
     return {
         "metadata": {"labels": dict(labels), "annotations": {**s.annotations, **DO_NOT_DISRUPT}},
         "spec": hardened_pod_spec(s, command=command, queue_url=queue_url,
                                   service_account_name=service_account_name, restart_policy=restart_policy,
-                                  nodepool=nodepool),
+                                  nodepool=nodepool, namespace=namespace),
     }
 
 

@@ -132,7 +132,7 @@ def scaled_job_manifest(*, name: str, namespace: str, queue_url: pulumi.Input[st
                "--max-messages", str(settings.max_messages_per_job)]
     template = hardened_pod_template(pod, command=command, queue_url=queue_url,
                                      service_account_name=service_account_name, restart_policy="Never",
-                                     labels=labels, nodepool=nodepool)
+                                     labels=labels, nodepool=nodepool, namespace=namespace)
     spec: dict[str, Any] = {
         "jobTargetRef": {
             "parallelism": 1,

@@ -11,7 +11,7 @@ if __name__.startswith("gpuburst."):
     from .. import catalogue
     from ..rehearse.plan_model import read_facts
     from ..rehearse.scenarios import rehearse
-    from ..spec import names, quantity, selector_terms, verify_admission, workload
+    from ..spec import model_cache_admission, names, quantity, selector_terms, verify_admission, workload
     from ..spec.names import (
         CAPACITY_TYPE_LABEL,
         CLINICAL_SLIDES,
@@ -33,7 +33,7 @@ else:
     from components import catalogue
     from components.rehearse.plan_model import read_facts
     from components.rehearse.scenarios import rehearse
-    from components.spec import names, quantity, selector_terms, verify_admission, workload
+    from components.spec import model_cache_admission, names, quantity, selector_terms, verify_admission, workload
     from components.spec.names import (
         CAPACITY_TYPE_LABEL,
         CLINICAL_SLIDES,
@@ -54,5 +54,6 @@ else:
 
 __all__ = ["CAPACITY_TYPE_LABEL", "CLINICAL_SLIDES", "DATA_CLASS_TAG", "GI", "GPU_PRESENT_LABEL", "GPU_RESOURCE",
            "GPU_TAINT", "GPU_TOLERATION", "INSTANCE_TYPE_LABEL", "MI", "NODEPOOL_LABEL", "PLAN_UNKNOWN", "POOL_LABEL",
-           "SYSTEM_POOL", "WORKER_LABEL", "catalogue", "control_plane_log_group", "fmt_cpu", "fmt_mem", "names",
+           "SYSTEM_POOL", "WORKER_LABEL", "catalogue", "control_plane_log_group", "fmt_cpu", "fmt_mem",
+           "model_cache_admission", "names",
            "parse_quantity", "quantity", "read_facts", "rehearse", "selector_terms", "verify_admission", "workload"]

@@ -1,5 +1,6 @@
-"""Stack rule `model-cache-folder`: a pod that mounts the node-local model cache runs only on NodePools whose
-EC2NodeClass makes the cache's folder at boot.
+"""Stack rules on the node-local model cache: `model-cache-folder` (a pod that mounts it runs only on NodePools whose
+EC2NodeClass makes the cache's folder at boot) and `model-cache-isolation` (each namespace mounts only its own folder
+of it, and a platform plan holds the cluster's admission rule that says so).
 
 The cache is a hostPath PersistentVolume of one folder, `names.MODEL_CACHE_HOST_PATH`, of `type: Directory`
 (components/model_cache.py): kubelet mounts it only where the folder exists, and the node class's user data makes it
@@ -17,19 +18,27 @@ boots:
 - another stack's, in a partial plan: the fact `nodeClassModelCacheFolder` (`ExistingNodeClass.model_cache_folder`,
   registered by ExistingCluster as `nodeClasses[name].modelCacheFolder`) must be true; false is a violation, no fact
   an `Outside` (reported by `outside-this-stack`).
+
+`model-cache-isolation` (components/spec/model_cache_admission.py argues why): every volumeMount of the cache in a
+pod template's `containers`, `initContainers` and `ephemeralContainers` has a literal `subPath` under
+`<the resource's namespace>/` (`model_cache_admission.sub_path_problem`, the admission rule's test in Python), so the
+plan shows what the cluster would refuse at pod creation; and a plan that declares a GpuBurstPlatform holds the
+ValidatingAdmissionPolicy and binding named `model_cache_admission.ADMISSION_NAME` with exactly the specs of
+`admission_policy_manifest()` and `admission_binding_manifest()` (missing or changed: the rule would not hold).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from ._components import model_cache_admission as mca
 from ._components import names
-from .declare import scoped_policy
-from .facts import WHOLE, Scope
+from .declare import plan_policy, scoped_policy
+from .facts import PLATFORM, WHOLE, Scope
 from .fit import match
 from .fixes import fix_for
 from .outside import Finding, Outside
 from .plan import Res, describe_res, meta_name, meta_namespace
-from .resources import NODEPOOL_NODECLASS, POD_TEMPLATE_PATHS, dig, enumerate_at, is_kind, join_path, k8s_kind
+from .resources import NODEPOOL_NODECLASS, POD_TEMPLATE_PATHS, dig, enumerate_at, fmt, is_kind, join_path, k8s_kind
 from .shapes import Shape, nodeclass_index, nodepool_shapes
 from .unknowns import UNKNOWN, unknown_message
 from .workloads import is_worker
@@ -184,4 +193,130 @@ POLICY = scoped_policy(
           "model_cache_folder=True)): without it the hostPath mount fails and the pods stay ContainerCreating.",
     cache_folder_findings, (FACT,))
 
-POLICIES = [POLICY]
+ISOLATION = "model-cache-isolation"
+ADMISSION = "admissionregistration.k8s.io"
+VAP, VAP_BINDING = (ADMISSION, "ValidatingAdmissionPolicy"), (ADMISSION, "ValidatingAdmissionPolicyBinding")
+
+
+def _cache_volume_names(res: Res, volumes: Any, bound: set[tuple[Any, Any]]) -> tuple[set[Any], str | None]:
+    """(names of the pod's volumes that claim the cache, path of an unknown value that could; unknowns count only in
+    a worker pod, as `cache_volume` reads them)."""
+    worker = is_worker(res, k8s_kind(res.type) or ("", ""))
+    if volumes.unknown:
+        return set(), volumes.path if worker else None
+    namespace, out, unknown = meta_namespace(res.props), set(), None
+    for vpath, volume in enumerate_at(volumes):
+        claim = dig(volume, "persistentVolumeClaim", "claimName", base=vpath) if volume is not UNKNOWN else None
+        if claim is None or claim.unknown:
+            unknown = unknown or (vpath if claim is None else claim.path)
+        elif claim.value == CLAIM or (namespace, claim.value) in bound or (None, claim.value) in bound:
+            name = dig(volume, "name", base=vpath)
+            if name.unknown:
+                unknown = unknown or name.path
+            else:
+                out.add(name.value)
+    return out, unknown if worker else None
+
+
+def _mount_problems(res: Res, pod: Any, path: str, names_: set[Any], namespace: Any) -> list[str]:
+    """One message per volumeMount of the cache (a volume in `names_`) not under `<namespace>/`."""
+    out: list[str] = []
+    for field in mca.CONTAINER_FIELDS:
+        containers = dig(pod, field, base=path)
+        if containers.unknown:
+            out.append(unknown_message(containers.path, f"whether {describe_res(res)} mounts the model cache"))
+            continue
+        for cpath, container in enumerate_at(containers):
+            mounts = dig(container, "volumeMounts", base=cpath)
+            if mounts.unknown:
+                out.append(unknown_message(mounts.path, f"whether {describe_res(res)} mounts the model cache"))
+                continue
+            for mpath, mount in enumerate_at(mounts):
+                name = dig(mount, "name", base=mpath)
+                if name.unknown or (name.value in names_ and any(
+                        dig(mount, key).unknown for key in ("subPath", "subPathExpr"))):
+                    out.append(unknown_message(mpath, f"which folder of the model cache {describe_res(res)} mounts"))
+                    continue
+                if name.value not in names_:
+                    continue
+                if namespace is UNKNOWN or not isinstance(namespace, str):
+                    out.append(unknown_message("metadata.namespace", f"which folder of the model cache "
+                                               f"{describe_res(res)} may mount") if namespace is UNKNOWN else
+                               f"{describe_res(res)} mounts the model cache ({mpath}) but sets no metadata.namespace: "
+                               "its subPath must be under '<namespace>/', so name the namespace")
+                    continue
+                problem = mca.sub_path_problem(namespace, mount)
+                if problem:
+                    out.append(f"{describe_res(res)} mounts the model cache claim at {mpath} with {problem}: the "
+                               f"cluster's admission rule {mca.ADMISSION_NAME!r} refuses the pod; a namespace's "
+                               f"folder is '{namespace}/<workload>' (ModelMount.cache_sub_path, which GpuScaledJob "
+                               "and GpuConsumer put under the namespace)")
+    return out
+
+
+def _admission_problems(resources: list[Res]) -> list[tuple[str | None, str]]:
+    """Why the platform plan's admission rule is missing or not the one of spec/model_cache_admission.py."""
+    out: list[tuple[str | None, str]] = []
+    for kind, want in ((VAP, mca.admission_policy_manifest()), (VAP_BINDING, mca.admission_binding_manifest())):
+        mine = [r for r in resources if is_kind(r.type, kind) and meta_name(r.props) in (mca.ADMISSION_NAME, UNKNOWN)]
+        if not mine:
+            out.append((None, f"the plan declares a GpuBurstPlatform but no {kind[1]} {mca.ADMISSION_NAME!r}: nothing "
+                              "in the cluster keeps each namespace's pods in their own folder of the model cache; "
+                              "GpuBurstPlatform declares it (ModelCacheAdmission), so keep it"))
+            continue
+        for r in mine:
+            spec = dig(r.props, "spec")
+            if meta_name(r.props) is UNKNOWN or _has_unknown(spec.value):
+                out.append((r.urn, unknown_message(spec.path if meta_name(r.props) is not UNKNOWN else
+                                                   "metadata.name", f"whether {describe_res(r)} is the model cache's "
+                                                                    "admission rule")))
+            elif spec.value != want["spec"]:
+                changed = sorted(k for k in set(want["spec"]) | set(spec.value or {})
+                                 if (spec.value or {}).get(k) != want["spec"].get(k))
+                out.append((r.urn, f"{describe_res(r)} spec differs from model_cache_admission's in "
+                                   f"{', '.join(changed)} ({fmt([(spec.value or {}).get(k) for k in changed])[:300]}): "
+                                   "the rule that keeps each namespace in its folder of the model cache must be "
+                                   "exactly that one; declare it with ModelCacheAdmission"))
+    return out
+
+
+def _has_unknown(value: Any) -> bool:
+    if value is UNKNOWN:
+        return True
+    if isinstance(value, dict):
+        return any(_has_unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_unknown(v) for v in value)
+    return False
+
+
+def isolation_findings(resources: list[Res]) -> list[tuple[str | None, str]]:
+    """(urn, message) per cache mount outside its namespace's folder, and per missing or changed admission object
+    in a plan that declares a GpuBurstPlatform."""
+    bound = bound_claims(resources)
+    out: list[tuple[str | None, str]] = []
+    for res in resources:
+        kind = k8s_kind(res.type)
+        if kind not in POD_TEMPLATE_PATHS:
+            continue
+        pod = dig(res.props, *POD_TEMPLATE_PATHS[kind])
+        if not isinstance(pod.value, dict):
+            continue
+        names_, unknown = _cache_volume_names(res, dig(pod.value, "volumes", base=pod.path), bound)
+        if unknown:
+            out.append((res.urn, unknown_message(unknown, f"whether {describe_res(res)} mounts the model cache")))
+        if names_:
+            out += [(res.urn, m) for m in _mount_problems(res, pod.value, pod.path, names_,
+                                                          meta_namespace(res.props))]
+    if any(r.type == PLATFORM for r in resources):
+        out += _admission_problems(resources)
+    return out
+
+
+ISOLATION_POLICY = plan_policy(
+    ISOLATION, "Each namespace mounts only its own folder of the node-local model cache: every volumeMount of the "
+               "cache claim has subPath '<namespace>/<folder>' (no subPathExpr), as the cluster's admission rule "
+               "(model_cache_admission) requires; a plan with a GpuBurstPlatform holds that ValidatingAdmissionPolicy "
+               "and binding unchanged.", isolation_findings)
+
+POLICIES = [POLICY, ISOLATION_POLICY]

@@ -278,7 +278,7 @@ def egress_fix(w: WorkerPod, nps: list[NetPol]) -> str:
             "Pod Identity agent as the component's own worker policy does, or set network_policy=True with "
             "WorkerAccessArgs.egress_cidrs=[the cluster's VPC CIDR]")
     # The pod-bearing resource's parent, when a gpuburst component, says the stack kind even where the plan's URNs
-    # name only the nearest parent's type (the offline synth's mocks).
+    # name only the nearest parent's type (a plan.json written before the synth's URNs carried the whole chain).
     kind_urn = w.res.parent if w.res.parent and stack_kind(w.res.parent) != MANIFEST_KIND else w.res.urn
     return fix_for(kind_urn,
                    platform="the platform passes its VPC's CIDR (gpuburst:vpcCidr, or ExistingNetwork.vpc_cidr)",

@@ -60,11 +60,11 @@ def control_plane_log_group(cluster_name: str) -> str:
 
 
 MODEL_CACHE_HOST_PATH = "/var/lib/kubelet/gpuburst-model-cache"
-"""The GPU node's folder for the workloads' model cache (one subfolder per workload): inside kubelet's root folder,
+"""The GPU node's folder for the workloads' model cache (`<namespace>/<workload>` inside): inside kubelet's root folder,
 which an `instanceStorePolicy: RAID0` node bind-mounts from its local NVMe (AL2023 `setup-local-disks` copies the
 folder's contents with `cp -a` before the bind mount, so its owner and mode survive whichever runs first), and which
 is on the root volume of a node without one. The GPU node class's user data makes it (root:WORKER_UID, mode 2770:
-kubelet makes each workload's subPath folder with that mode, and the setgid bit gives it the worker's group)."""
+kubelet makes each workload's subPath folders with that mode, and the setgid bit gives them the worker's group)."""
 
 MODEL_CACHE_CLAIM = "gpuburst-model-cache"
 """Name of the PersistentVolumeClaim (in the workloads' namespace) the worker pods mount the model cache through."""

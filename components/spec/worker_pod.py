@@ -90,7 +90,9 @@ class ModelMount:
     MODEL_CACHE_PATH (env MODEL_CACHE_DIR). Default None: no node cache (the worker keeps the model in /scratch, so
     every pod downloads it)."""
     cache_sub_path: str | None = None
-    """The workload's own folder in the cache (the volume's subPath: a pod sees only its workload's models). Required
+    """The workload's own folder in its namespace's folder of the cache, a DNS label (the workload's name): the pod's
+    volumeMount subPath is `<namespace>/<cache_sub_path>` (`model_cache_admission.cache_sub_path`), so a pod sees only
+    its workload's models, and the cluster's admission rule refuses a subPath outside the pod's namespace. Required
     with cache_claim."""
     cache_max_bytes: int = MODEL_CACHE_DEFAULT_GIB * 2**30
     """Most bytes the worker keeps in the cache (env MODEL_CACHE_MAX_BYTES; the worker deletes the least recently

@@ -8,8 +8,15 @@ import kubernetes_validate
 import pytest
 
 from components.catalogue import KUBERNETES_VERSION
-from components.model_cache import ModelCache, ModelCacheArgs, cache_folder_script, model_cache_manifests
+from components.model_cache import (
+    ModelCache,
+    ModelCacheAdmission,
+    ModelCacheArgs,
+    cache_folder_script,
+    model_cache_manifests,
+)
 from components.nodeclass import ec2_nodeclass_manifest
+from components.spec import model_cache_admission as mca
 from components.spec.names import (
     MODEL_CACHE_CLAIM,
     MODEL_CACHE_HOST_PATH,
@@ -78,3 +85,22 @@ def test_the_args_say_the_fixed_host_path_and_the_node_class_script():
     doc = inspect.getdoc(ModelCacheArgs) or ""
     assert MODEL_CACHE_HOST_PATH in doc and "cache_folder_script()" in doc
     assert "ExistingNodeClass(model_cache_folder=True)" in doc
+
+
+def test_the_admission_component_declares_the_pure_policy_then_its_binding():
+    res = run_under_mocks(lambda: ModelCacheAdmission("cache-admission"))
+    (policy,) = res.monitor.by_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    (binding,) = res.monitor.by_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    assert policy.properties["spec"] == mca.admission_policy_manifest()["spec"]
+    assert binding.properties["spec"] == mca.admission_binding_manifest()["spec"]
+    assert policy.urn in binding.dependencies
+    assert {r.type for r in res.registrations if r.parent} >= {policy.type, binding.type}
+
+
+def test_the_docstrings_say_the_namespace_folder_layout():
+    import inspect
+
+    import components.model_cache as module
+
+    assert "<namespace>/<cache_sub_path>" in (module.__doc__ or "")
+    assert "<namespace>/<cache_sub_path>" in (inspect.getdoc(ModelCacheArgs) or "")

@@ -222,7 +222,8 @@ def test_a_workloads_model_reaches_its_pods_with_the_node_cache_under_its_own_na
         "s3://tils-lab-models/studies/v1.pt2", str(30 * 2**30), "auto")
     for name, template in pods.items():
         mounts = {m["name"]: m for m in template["spec"]["containers"][0]["volumeMounts"]}
-        assert mounts["model-cache"] == {"name": "model-cache", "mountPath": "/model-cache", "subPath": name}
+        assert mounts["model-cache"] == {"name": "model-cache", "mountPath": "/model-cache",
+                                         "subPath": f"gpuburst/{name}"}
         assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "gpuburst-model-cache"}} in \
             template["spec"]["volumes"]
     (pv,) = with_models.monitor.by_type("kubernetes:core/v1:PersistentVolume")
@@ -255,7 +256,28 @@ def test_messages_per_job_sets_queue_length_max_messages_and_the_deadline_togeth
     assert spec["jobTargetRef"]["activeDeadlineSeconds"] == 45 + 25 * 300
 
 
+VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+
+
+def _cache_admission(res) -> tuple:
+    from components.spec import model_cache_admission as mca
+
+    (policy,) = [r for r in res.monitor.by_type(VAP) if r.properties["metadata"]["name"] == mca.ADMISSION_NAME]
+    (binding,) = [r for r in res.monitor.by_type(VAP_BINDING)
+                  if r.properties["metadata"]["name"] == mca.ADMISSION_NAME]
+    return policy, binding
+
+
+def test_the_model_cache_admission_rule_is_declared_before_the_workloads_that_mount_the_cache(with_models):
+    _policy, binding = _cache_admission(with_models)
+    workloads = [r for r in with_models.registrations
+                 if r.type in ("gpuburst:index:GpuScaledJob", "gpuburst:index:GpuConsumer")]
+    assert len(workloads) == 2 and all(binding.urn in w.dependencies for w in workloads)
+
+
 def test_without_a_model_there_is_no_cache_and_the_node_user_data_is_the_plain_node_config(own):
+    assert _cache_admission(own)  # always declared: a workload stack on this cluster may declare a cache
     assert not own.monitor.by_type("kubernetes:core/v1:PersistentVolume")
     (nodeclass,) = own.monitor.by_type("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
     assert yaml.safe_load(nodeclass.properties["spec"]["userData"])["kind"] == "NodeConfig"

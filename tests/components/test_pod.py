@@ -21,9 +21,10 @@ BUCKET_ARN = "arn:aws:s3:::gpuburst-dev-data"
 
 
 def spec(**kw) -> dict:
+    namespace = kw.pop("namespace", "gpuburst")
     settings = WorkerPodSettings(image=kw.pop("image", IMAGE), **kw)
     return hardened_pod_spec(settings, command=["python", "-m", "worker", "consume"], queue_url=QUEUE_URL,
-                             service_account_name="slides-worker", restart_policy="Never")
+                             service_account_name="slides-worker", restart_policy="Never", namespace=namespace)
 
 
 def env_of(pod_spec: dict) -> dict:
@@ -254,10 +255,21 @@ def test_a_model_gives_the_pod_its_uri_digest_and_its_workloads_cache_folder():
     assert (env["MODEL_CACHE_DIR"], env["MODEL_CACHE_MAX_BYTES"], env["PRECISION"]) == (
         "/model-cache", str(20 * 2**30), "fp32")
     assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "gpuburst-model-cache"}} in s["volumes"]
-    assert {"name": "model-cache", "mountPath": "/model-cache", "subPath": "slides"} in \
+    assert {"name": "model-cache", "mountPath": "/model-cache", "subPath": "gpuburst/slides"} in \
         s["containers"][0]["volumeMounts"]
     # The cache is a claim, never a hostPath in the pod: the namespace's Pod Security `restricted` refuses those.
     assert not any("hostPath" in v for v in s["volumes"])
+
+
+def test_the_cache_folder_is_under_the_pods_namespace_and_needs_it():
+    """The subPath is `<namespace>/<cache_sub_path>` (the cluster's admission rule refuses any other), so the
+    namespace is required once the pod mounts the cache, and not before."""
+    mount = next(m for m in spec(model=MODEL, namespace="lab-a")["containers"][0]["volumeMounts"]
+                 if m["name"] == "model-cache")
+    assert mount["subPath"] == "lab-a/slides"
+    with pytest.raises(ConfigError, match=r"^namespace: None is not valid.*'<namespace>/<ModelMount.cache_sub_path>'"):
+        spec(model=MODEL, namespace=None)
+    assert "MODEL_URI" in env_of(spec(model=ModelMount(uri=MODEL.uri, sha256=MODEL.sha256), namespace=None))
 
 
 def test_without_a_model_or_a_cache_no_model_env_and_no_volume():
@@ -270,7 +282,7 @@ def test_without_a_model_or_a_cache_no_model_env_and_no_volume():
 def test_a_template_with_a_model_and_annotations_validates_as_a_pod_strictly():
     t = hardened_pod_template(WorkerPodSettings(image=IMAGE, model=MODEL, annotations={"a.io/b": "c"}),
                               command=["python"], queue_url=QUEUE_URL, service_account_name="w",
-                              restart_policy="Never", labels={"app": "x"})
+                              restart_policy="Never", labels={"app": "x"}, namespace="gpuburst")
     assert t["metadata"]["annotations"] == {"a.io/b": "c", "karpenter.sh/do-not-disrupt": "true"}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "gpuburst", **t["metadata"]},
            "spec": t["spec"]}

@@ -189,3 +189,105 @@ def test_over_grpc_the_refused_workload_stack_fails(analyze):
     (found,) = report.by_policy(rule.NAME)
     assert found.level == "MANDATORY" and "model_cache_folder = False" in found.message
     assert analyze(workload_stack(model_cache_folder=True)).by_policy(rule.NAME) == []
+
+
+# -- model-cache-isolation: each namespace in its own folder of the cache ----------------------------------------------
+
+T_VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+T_VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+
+
+def isolation(plan: dict) -> list:
+    return rule.isolation_findings(F.as_res(plan))
+
+
+def mounting(sub_path: dict | None, *, field: str = "containers", volume: str = "model-cache") -> dict:
+    """A ScaledJob in namespace `gpu` whose pod has a volume claiming the cache and a `field` container mounting it
+    with `sub_path` (the mount's subPath/subPathExpr keys)."""
+    job = copy.deepcopy(F.scaled_job())
+    pod = job["spec"]["jobTargetRef"]["template"]["spec"]
+    pod["volumes"] = [{"name": volume, "persistentVolumeClaim": {"claimName": rule.CLAIM}}]
+    mount = {"name": volume, "mountPath": "/model-cache", **(sub_path or {})}
+    if field == "containers":
+        pod["containers"][0]["volumeMounts"] = [mount]
+    else:
+        pod[field] = [{"name": "other", "image": IMAGE, "volumeMounts": [mount]}]
+    return F.doc(F.entry(F.T_SCALEDJOB, "slides", job))
+
+
+def test_a_cache_mount_under_its_own_namespace_passes_and_the_components_build_one():
+    assert isolation(mounting({"subPath": "gpu/slides"})) == []
+    assert isolation(workload_stack(model_cache_folder=True)) == []  # GpuConsumer in 'lab': 'lab/lab-studies'
+
+
+@pytest.mark.parametrize(("mount", "said"), [
+    ({"subPath": "other-team/slides"}, "subPath 'other-team/slides', not a folder under 'gpu/'"),
+    ({"subPath": "slides"}, "subPath 'slides', not a folder under 'gpu/'"),
+    ({}, "no subPath (the whole cache"),
+    ({"subPathExpr": "$(NS)/slides"}, "subPathExpr '$(NS)/slides'"),
+])
+def test_a_cache_mount_outside_its_namespace_is_refused_before_the_cluster_would(mount, said):
+    (finding,) = isolation(mounting(mount))
+    urn, message = finding
+    assert urn == F.urn(F.T_SCALEDJOB, "slides") and "\n" not in message
+    assert "ScaledJob gpu/slides" in message and said in message and "'gpuburst-model-cache-sub-path'" in message
+
+
+@pytest.mark.parametrize("field", ["initContainers", "ephemeralContainers"])
+def test_init_and_ephemeral_containers_are_judged_too(field):
+    (finding,) = isolation(mounting({"subPath": "x/y"}, field=field))
+    assert f"{field}[0].volumeMounts[0]" in finding[1]
+
+
+def test_a_volume_of_another_name_on_the_cache_claim_is_the_cache():
+    (finding,) = isolation(mounting({}, volume="everything"))
+    assert "no subPath" in finding[1]
+
+
+def test_unknown_sub_paths_are_named_not_passed():
+    (finding,) = isolation(mounting({"subPath": U}))
+    assert "is unknown during preview" in finding[1] and "which folder of the model cache" in finding[1]
+
+
+def platform_plan(*extra: dict) -> dict:
+    return F.doc(F.entry(F.T_PLATFORM, "gpuburst", {}), *extra)
+
+
+def admission_entries(policy: dict | None = None, binding: dict | None = None) -> list[dict]:
+    from components.spec import model_cache_admission as mca
+
+    return [F.entry(T_VAP, "cache-admission-policy", policy or mca.admission_policy_manifest()),
+            F.entry(T_VAP_BINDING, "cache-admission-binding", binding or mca.admission_binding_manifest())]
+
+
+def test_a_platform_plan_holds_the_admission_rule_unchanged():
+    from components.spec import model_cache_admission as mca
+
+    assert isolation(platform_plan(*admission_entries())) == []
+    assert isolation(F.doc(*admission_entries()[:1])) == []  # a workload stack need not declare it
+    missing = isolation(platform_plan())
+    assert len(missing) == 2 and all(mca.ADMISSION_NAME in m and "ModelCacheAdmission" in m for _u, m in missing)
+    weaker = mca.admission_policy_manifest()
+    weaker["spec"]["failurePolicy"] = "Ignore"
+    (changed,) = isolation(platform_plan(*admission_entries(policy=weaker)))
+    assert changed[0] == F.urn(T_VAP, "cache-admission-policy") and "differs" in changed[1]
+    assert "failurePolicy" in changed[1] and "'Ignore'" in changed[1]
+    audit = mca.admission_binding_manifest()
+    audit["spec"]["validationActions"] = ["Audit"]
+    (changed,) = isolation(platform_plan(*admission_entries(binding=audit)))
+    assert "validationActions" in changed[1]
+    unknown = mca.admission_policy_manifest()
+    unknown["spec"]["validations"][0]["expression"] = U
+    (found,) = isolation(platform_plan(*admission_entries(policy=unknown)))
+    assert "is unknown during preview" in found[1]
+
+
+def test_the_dev_plan_passes_isolation(dev_plan):
+    assert isolation(dev_plan) == []
+
+
+def test_isolation_is_mandatory_in_the_pack_and_fails_over_grpc(analyze):
+    levels = {p.name: p.enforcement_level for p in pack.all_policies()}
+    assert levels[rule.ISOLATION] == EnforcementLevel.MANDATORY
+    (found,) = analyze(mounting({"subPath": "other-team/slides"})).by_policy(rule.ISOLATION)
+    assert found.level == "MANDATORY" and "other-team/slides" in found.message

@@ -26,6 +26,7 @@ def findings(plan: dict) -> list[str]:
 def props(plan: dict, type_: str, namespace: str | None = None) -> dict:
     """The one resource of `type_` (verify's own, by name, in `namespace` when given)."""
     (found,) = [r["properties"] for r in plan["resources"] if r["type"] == type_
+                and "gpuburst:index:ModelCacheAdmission" not in r["urn"]  # the model cache's rule is another
                 and (namespace is None or (r["properties"]["metadata"].get("namespace") == namespace
                                            and r["properties"]["metadata"]["name"] == va.VERIFY_SERVICE_ACCOUNT))]
     return found

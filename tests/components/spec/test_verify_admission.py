@@ -190,7 +190,8 @@ def test_the_dev_plan_holds_the_rule_and_admits_its_own_workloads_probes(dev):
     resources = dev["plan"]["resources"]
 
     def one(kind: str) -> dict:
-        (found,) = [r["properties"] for r in resources if r["type"] == f"kubernetes:{kind}"]
+        (found,) = [r["properties"] for r in resources if r["type"] == f"kubernetes:{kind}"
+                    and r["properties"]["metadata"]["name"] == va.ADMISSION_NAME]
         return found
 
     policy = one("admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
