@@ -163,12 +163,13 @@ class ExistingNodeClass:
     """Its root volume in GiB (the pods' ephemeral storage comes from it). Required."""
     ami_alias: str = "al2023@latest"
     """Its AMI alias. Default `al2023@latest`."""
-    model_cache_folder: bool = False
-    """Its user data makes the model cache's node folder (`names.MODEL_CACHE_HOST_PATH`) as `cache_folder_script()`
-    does: GpuBurstPlatform's GPU node class does when its config has a workload model; ask the platform team. A pod
-    of this stack that mounts a ModelCache and runs on a NodePool booting this node class needs it True (the pack's
-    `model-cache-folder` refuses the plan otherwise: without the folder the mount fails and the pods stay
-    ContainerCreating). Default False."""
+    model_cache_folder: bool | None = None
+    """Whether its user data makes the model cache's node folder (`names.MODEL_CACHE_HOST_PATH`) as
+    `cache_folder_script()` does: GpuBurstPlatform's GPU node class always does (its
+    `workloadStackConfig` output's `nodeClassModelCacheFolder`); ask the platform team. A pod of this stack that mounts
+    a ModelCache and runs on a NodePool booting this node class needs it True: False fails the pack's
+    `model-cache-folder` (without the folder the mount fails and the pods stay ContainerCreating). Default None: not
+    known (the pack's `outside-this-stack` says once that it could not check)."""
 
 
 @dataclass
@@ -205,11 +206,13 @@ class ExistingCluster(pulumi.ComponentResource):
                     and nc.root_volume_gib > 0):
                 raise ConfigError(f"ExistingClusterArgs.node_classes[{nc_name!r}]", nc,
                                   "an ExistingNodeClass with a positive root_volume_gib")
-            if not isinstance(nc.model_cache_folder, bool):
+            if nc.model_cache_folder is not None and not isinstance(nc.model_cache_folder, bool):
                 raise ConfigError(f"ExistingClusterArgs.node_classes[{nc_name!r}].model_cache_folder",
-                                  nc.model_cache_folder, "True (its user data runs cache_folder_script()) or False")
-            node_classes[nc_name] = {"rootVolumeGiB": nc.root_volume_gib, "amiAlias": nc.ami_alias,
-                                     "modelCacheFolder": nc.model_cache_folder}
+                                  nc.model_cache_folder, "True (its user data runs cache_folder_script()), False or "
+                                                         "None (not known)")
+            node_classes[nc_name] = {"rootVolumeGiB": nc.root_volume_gib, "amiAlias": nc.ami_alias}
+            if nc.model_cache_folder is not None:  # not known: no fact (the pack's outside-this-stack says so)
+                node_classes[nc_name]["modelCacheFolder"] = nc.model_cache_folder
         facts = {"clusterName": args.cluster_name, "systemNodeLabels": dict(args.system_node_labels),
                  "devicePlugin": bool(args.device_plugin), "nodeClasses": node_classes}
         if args.network_policy_enforced is not None:

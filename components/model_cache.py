@@ -64,8 +64,8 @@ def model_cache_manifests(*, namespace: str, volume_name: str, capacity_gib: int
                           host_path: str = MODEL_CACHE_HOST_PATH,
                           claim_name: str = MODEL_CACHE_CLAIM) -> tuple[dict[str, Any], dict[str, Any]]:
     """(PersistentVolume, PersistentVolumeClaim) of the cache, bound to each other (`claimRef` and `volumeName`, empty
-    storage class: no provisioner, no default class). `capacity_gib` is what the workloads' caches may hold
-    together (a hostPath's size is not enforced: each worker keeps its own under MODEL_CACHE_MAX_BYTES)."""
+    storage class: no provisioner, no default class). `capacity_gib` is the capacity both declare, informational: a
+    hostPath's size is not enforced, and each worker limits its own folder to MODEL_CACHE_MAX_BYTES."""
     if not (isinstance(capacity_gib, int) and not isinstance(capacity_gib, bool) and capacity_gib > 0):
         raise ConfigError("capacity_gib", capacity_gib, "a positive int of GiB")
     labels = {"app.kubernetes.io/name": "gpuburst-model-cache", "app.kubernetes.io/part-of": "gpuburst"}
@@ -90,7 +90,7 @@ class ModelCacheArgs:
     The cache is one folder on each GPU node, always `names.MODEL_CACHE_HOST_PATH`
     (`/var/lib/kubelet/gpuburst-model-cache`; not an input: the worker-host-path rule allows no other hostPath). The
     EC2NodeClass of every NodePool the pods run on must make that folder at boot by running `cache_folder_script()`
-    (GpuBurstPlatform's GPU node class does when its config has a workload model); a workload stack attaching to
+    (GpuBurstPlatform's GPU node class always does); a workload stack attaching to
     another stack's node class says so with `ExistingNodeClass(model_cache_folder=True)`, which the pack's
     `model-cache-folder` rule requires. The pods mount the claim (`ModelCache.claim_name`, always
     `names.MODEL_CACHE_CLAIM`, so one ModelCache per namespace) with `ModelMount(cache_claim=cache.claim_name,
@@ -103,8 +103,12 @@ class ModelCacheArgs:
     """Name of the cluster-scoped PersistentVolume, unique in the cluster: by convention `<namespace>-model-cache` in a
     workload stack (GpuBurstPlatform names its own `gpuburst-<environment>-<namespace>-model-cache`). Required."""
     capacity_gib: int
-    """What the workloads' caches may hold together, GiB: the sum of their `ModelMount.cache_max_bytes` in GiB (the
-    platform's: of their `cacheGiB`). Required."""
+    """The capacity the PersistentVolume and its claim declare, GiB (`spec.capacity.storage`,
+    `spec.resources.requests.storage`): informational. Kubernetes does not enforce a hostPath volume's size, and
+    nothing in gpuburst checks this figure (neither against the workloads nor against the node's disk); each worker
+    limits its own folder to its `ModelMount.cache_max_bytes` (env MODEL_CACHE_MAX_BYTES). GpuBurstPlatform declares
+    the sum of its workloads' `model.cacheGiB`; the same sum of `cache_max_bytes` is a fair figure here. A positive
+    int; required."""
     depends_on: list[pulumi.Resource] | None = None
     """What the claim waits for (the namespace). Default none."""
 

@@ -243,8 +243,9 @@ class GpuBurstPlatform(pulumi.ComponentResource):
                                    if config.gpu_instance_store_policy == "RAID0" else None),
             fast_image_pull=config.fast_image_pull, subnet_selector_tags={GPU_SUBNETS_TAG: prefix},
             security_group_selector_tags={GPU_NODES_TAG: prefix},
-            # The model cache's node folder (components/model_cache.py), made before kubelet starts.
-            boot_scripts=[cache_folder_script()] if models else [])
+            # The model cache's node folder (components/model_cache.py), made before kubelet starts: always, so a
+            # lab's workload stack on this cluster may declare a cache of its own (workloadStackConfig says so).
+            boot_scripts=[cache_folder_script()])
         self.nodeclass = Ec2NodeClass(f"{name}-gpu-nodeclass", nodeclass_args, opts=in_cluster)
         self.nodepool = GpuNodePool(f"{name}-gpu-nodepool", GpuNodePoolArgs(
             nodeclass_name=self.nodeclass.nodeclass_name, crd_chart=self.karpenter.crd_chart,
@@ -425,10 +426,10 @@ class GpuBurstPlatform(pulumi.ComponentResource):
         self.results_prefix = self.storage.results_prefix
         # What a workload stack attached to this cluster reads from its own stack file (docs/workload-stack.md §2).
         self.workload_stack_config = workload_stack_config(
-            cluster_name=prefix, vpc_cidr=vpc_cidr, keda_version=self.keda.version,
+            region=config.region, cluster_name=prefix, vpc_cidr=vpc_cidr, keda_version=self.keda.version,
             keda_operator_role_arn=self.keda.operator_role_arn, keda_watch_namespaces=watched,
             karpenter_version=config.karpenter_version, node_class=self.nodeclass.nodeclass_name,
-            node_class_root_volume_gib=nodeclass_args.root_volume_gib, node_class_model_cache_folder=bool(models),
+            node_class_root_volume_gib=nodeclass_args.root_volume_gib, node_class_model_cache_folder=True,
             network_policy_enforced=True,  # Cluster sets the VPC CNI's enable_network_policy (components/cluster.py)
             slides_bucket_arn=self.storage.slides_bucket_arn, results_bucket_arn=self.storage.results_bucket_arn,
             image=worker_image, worker_image=config.worker_image, worker_image_cuda=config.worker_image_cuda)

@@ -16,15 +16,18 @@ boots:
   `model_cache_folder_commands()` (the user data is read line by line, so a script that makes the folder some other
   way, or a base64-encoded MIME part, is not recognised);
 - another stack's, in a partial plan: the fact `nodeClassModelCacheFolder` (`ExistingNodeClass.model_cache_folder`,
-  registered by ExistingCluster as `nodeClasses[name].modelCacheFolder`) must be true; false is a violation, no fact
-  an `Outside` (reported by `outside-this-stack`).
+  registered by ExistingCluster as `nodeClasses[name].modelCacheFolder`, absent when None) must be true; false is a
+  violation, no fact (not known) an `Outside` naming only the node class, so `outside-this-stack` says it once.
 
 `model-cache-isolation` (components/spec/model_cache_admission.py argues why): every volumeMount of the cache in a
 pod template's `containers`, `initContainers` and `ephemeralContainers` has a literal `subPath` under
 `<the resource's namespace>/` (`model_cache_admission.sub_path_problem`, the admission rule's test in Python), so the
-plan shows what the cluster would refuse at pod creation; and a plan that declares a GpuBurstPlatform holds the
-ValidatingAdmissionPolicy and binding named `model_cache_admission.ADMISSION_NAME` with exactly the specs of
-`admission_policy_manifest()` and `admission_binding_manifest()` (missing or changed: the rule would not hold).
+plan shows what the cluster would refuse at pod creation; and a whole plan (one that declares a GpuBurstPlatform, or
+policy config `wholePlatform: true`) holds the ValidatingAdmissionPolicy and binding named
+`model_cache_admission.ADMISSION_NAME` with exactly the specs of `admission_policy_manifest()` and
+`admission_binding_manifest()` (missing or changed: the rule would not hold); a partial plan (a workload stack) whose
+pods mount the cache and that does not declare that pair itself yields one `Outside`: the cluster's rule is the
+platform's, and `outside-this-stack` says it could not be checked.
 """
 from __future__ import annotations
 
@@ -32,8 +35,8 @@ from typing import Any
 
 from ._components import model_cache_admission as mca
 from ._components import names
-from .declare import plan_policy, scoped_policy
-from .facts import PLATFORM, WHOLE, Scope
+from .declare import scoped_policy
+from .facts import WHOLE, Scope
 from .fit import match
 from .fixes import fix_for
 from .outside import Finding, Outside
@@ -45,6 +48,8 @@ from .workloads import is_worker
 
 NAME = "model-cache-folder"
 FACT = "nodeClassModelCacheFolder"
+AMI_ALIAS = "nodeClassAmiAlias"
+"""A fact every ExistingNodeClass registers: with it, the node class is described but its cache folder not known."""
 PERSISTENT_VOLUME = ("core", "PersistentVolume")
 HOST_PATH: str = names.MODEL_CACHE_HOST_PATH
 CLAIM: str = names.MODEL_CACHE_CLAIM
@@ -123,10 +128,14 @@ def _in_plan(res: Res, who: str, shape: Shape, nodeclass: Res) -> Finding | None
 def _outside(res: Res, who: str, shape: Shape, nc_name: str, scope: Scope) -> Finding | Outside | None:
     fact = scope.entry(FACT, nc_name)
     if fact is None:
-        return Outside(res.urn, f"{shape.what} boots EC2NodeClass {nc_name!r} (spec.template.spec.nodeClassRef."
-                                      f"name), which is not in this plan: could not check that its user data makes "
-                                      f"the model cache folder {HOST_PATH} that {who} mounts "
-                                      f"(ExistingNodeClass(model_cache_folder=True) says it does)", (FACT,))
+        # One line per node class (it names no pod or pool), however many pods mount the cache on its nodes.
+        said = (f"ExistingNodeClass {nc_name!r} model_cache_folder is None: not known"
+                if scope.entry(AMI_ALIAS, nc_name) is not None else f"no ExistingNodeClass {nc_name!r} describes it")
+        return Outside(res.urn, f"EC2NodeClass {nc_name!r}, which a NodePool of this plan boots for pods that mount "
+                                f"the model cache, is not in this plan ({said}): could not check that its user data "
+                                f"makes the model cache folder {HOST_PATH} (ExistingNodeClass(model_cache_folder=True)"
+                                " says it does: the platform's workloadStackConfig nodeClassModelCacheFolder)",
+                       (FACT,))
     if fact.value is True:
         return None
     return (res.urn, f"{who} runs on {shape.what}, which boots EC2NodeClass {nc_name!r} of another stack: "
@@ -255,14 +264,15 @@ def _mount_problems(res: Res, pod: Any, path: str, names_: set[Any], namespace: 
 
 
 def _admission_problems(resources: list[Res]) -> list[tuple[str | None, str]]:
-    """Why the platform plan's admission rule is missing or not the one of spec/model_cache_admission.py."""
+    """Why the whole plan's admission rule is missing or not the one of spec/model_cache_admission.py."""
     out: list[tuple[str | None, str]] = []
     for kind, want in ((VAP, mca.admission_policy_manifest()), (VAP_BINDING, mca.admission_binding_manifest())):
         mine = [r for r in resources if is_kind(r.type, kind) and meta_name(r.props) in (mca.ADMISSION_NAME, UNKNOWN)]
         if not mine:
-            out.append((None, f"the plan declares a GpuBurstPlatform but no {kind[1]} {mca.ADMISSION_NAME!r}: nothing "
-                              "in the cluster keeps each namespace's pods in their own folder of the model cache; "
-                              "GpuBurstPlatform declares it (ModelCacheAdmission), so keep it"))
+            out.append((None, f"the plan is judged as the whole platform but declares no {kind[1]} "
+                              f"{mca.ADMISSION_NAME!r}: nothing in the cluster keeps each namespace's pods in their "
+                              "own folder of the model cache; GpuBurstPlatform declares it (ModelCacheAdmission), so "
+                              "keep it"))
             continue
         for r in mine:
             spec = dig(r.props, "spec")
@@ -290,11 +300,31 @@ def _has_unknown(value: Any) -> bool:
     return False
 
 
-def isolation_findings(resources: list[Res]) -> list[tuple[str | None, str]]:
-    """(urn, message) per cache mount outside its namespace's folder, and per missing or changed admission object
-    in a plan that declares a GpuBurstPlatform."""
+def _admission_outside(resources: list[Res], mounting: list[Res]) -> Outside | None:
+    """In a partial plan whose pods mount the cache: an `Outside` unless the plan declares the admission rule (the
+    ValidatingAdmissionPolicy and its binding `mca.ADMISSION_NAME`) itself; the cluster's is the platform's."""
+    missing = [kind[1] for kind in (VAP, VAP_BINDING)
+               if not any(is_kind(r.type, kind) and meta_name(r.props) == mca.ADMISSION_NAME for r in resources)]
+    if not (mounting and missing):
+        return None
+    pods = ", ".join(describe_res(r) for r in mounting[:3]) + (f" and {len(mounting) - 3} more"
+                                                              if len(mounting) > 3 else "")
+    return Outside(mounting[0].urn,
+                   f"the cluster's admission rule for the model cache is not in this plan (no {' nor '.join(missing)} "
+                   f"{mca.ADMISSION_NAME!r}): could not check that the cluster keeps each namespace's pods in their "
+                   f"own folder of the cache, which {pods} {'mounts' if len(mounting) == 1 else 'mount'} here; the "
+                   "platform declares it (GpuBurstPlatform always does; a platform team's own cluster must declare "
+                   "ModelCacheAdmission)")
+
+
+def isolation_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Finding | Outside]:
+    """(urn, message) per cache mount outside its namespace's folder, and, in a whole plan (`scope`: one that declares
+    a GpuBurstPlatform, or policy config wholePlatform), per missing or changed admission object; in a partial plan
+    that mounts the cache and does not declare the admission rule, one `Outside` (`outside-this-stack` says the
+    cluster's could not be checked)."""
     bound = bound_claims(resources)
-    out: list[tuple[str | None, str]] = []
+    out: list[Finding | Outside] = []
+    mounting: list[Res] = []
     for res in resources:
         kind = k8s_kind(res.type)
         if kind not in POD_TEMPLATE_PATHS:
@@ -306,17 +336,22 @@ def isolation_findings(resources: list[Res]) -> list[tuple[str | None, str]]:
         if unknown:
             out.append((res.urn, unknown_message(unknown, f"whether {describe_res(res)} mounts the model cache")))
         if names_:
+            mounting.append(res)
             out += [(res.urn, m) for m in _mount_problems(res, pod.value, pod.path, names_,
                                                           meta_namespace(res.props))]
-    if any(r.type == PLATFORM for r in resources):
+    if scope.whole:
         out += _admission_problems(resources)
+    else:
+        outside = _admission_outside(resources, mounting)
+        out += [outside] if outside is not None else []
     return out
 
 
-ISOLATION_POLICY = plan_policy(
+ISOLATION_POLICY = scoped_policy(
     ISOLATION, "Each namespace mounts only its own folder of the node-local model cache: every volumeMount of the "
                "cache claim has subPath '<namespace>/<folder>' (no subPathExpr), as the cluster's admission rule "
-               "(model_cache_admission) requires; a plan with a GpuBurstPlatform holds that ValidatingAdmissionPolicy "
-               "and binding unchanged.", isolation_findings)
+               "(model_cache_admission) requires; a whole platform plan holds that ValidatingAdmissionPolicy "
+               "and binding unchanged (a workload stack's cluster's is another stack's: outside-this-stack says so).",
+    isolation_findings)
 
 POLICIES = [POLICY, ISOLATION_POLICY]

@@ -1,5 +1,6 @@
 """The platform's `workloadStackConfig` output is all a lab needs: the dev platform synthesised with
-`gpuburst:kedaExtraWatchNamespaces: [cyto-slides]`, its output pasted (keys prefixed `cyto-slides:`) into a copy of
+`gpuburst:kedaExtraWatchNamespaces: [cyto-slides]`, its output pasted (keys prefixed `cyto-slides:`, `region` as
+`aws:region`) into a copy of
 examples/lab-scaledjob beside the lab's own keys, synthesises and passes the pack; pasted from the plain dev platform
 (KEDA watching `gpuburst` only), the pack's keda-watches-namespace refuses the lab's ScaledJob."""
 from __future__ import annotations
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.slow
 LAB = ROOT / "examples" / "lab-scaledjob"
 PROJECT = "cyto-slides"
 LAB_OWN = {"namespace", "alarmEmails", "deploy", "model"}
-"""The lab's own keys in examples/lab-scaledjob/Pulumi.lab.yaml; every other `cyto-slides:` key is the platform's."""
+"""The lab's own keys in examples/lab-scaledjob/Pulumi.lab.yaml; every other key (`aws:region` included) is the
+platform's."""
 
 
 def lab_config() -> dict[str, Any]:
@@ -50,20 +52,27 @@ def synth_lab(folder: Path, platform_output: dict[str, Any]) -> Report:
     keys, synthesise it and run the pack on its plan."""
     shutil.copytree(LAB, folder, ignore=shutil.ignore_patterns("venv", "__pycache__", "Pulumi.lab.yaml"))
     original = lab_config()
-    own = {k: v for k, v in original.items() if k.split(":", 1)[1] in LAB_OWN}
-    config = {"aws:region": original["aws:region"], **{f"{PROJECT}:{k}": v for k, v in platform_output.items()}, **own}
+    own = {k: v for k, v in original.items() if k.startswith(f"{PROJECT}:") and k.split(":", 1)[1] in LAB_OWN}
+    config = {**{stack_key(k): v for k, v in platform_output.items()}, **own}
     (folder / "Pulumi.lab.yaml").write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
     proc = run_synth(folder / "out", "--project-dir", str(folder), "--stack", "lab")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return check(normalise_plan(json.loads((folder / "out" / "plan.json").read_text(encoding="utf-8"))))
 
 
+def stack_key(key: str) -> str:
+    """The lab's stack file key of an output key: `region` is `aws:region`, every other `<project>:<key>`."""
+    return "aws:region" if key == "region" else f"{PROJECT}:{key}"
+
+
 def test_the_output_holds_every_platform_key_the_example_reads_under_its_name(platform):
     output = platform["outputs"]["workloadStackConfig"]
-    platform_keys = {k.split(":", 1)[1] for k in lab_config() if k.startswith(f"{PROJECT}:")} - LAB_OWN
-    assert set(output) == platform_keys
+    platform_keys = {k for k in lab_config() if not (k.startswith(f"{PROJECT}:") and k.split(":", 1)[1] in LAB_OWN)}
+    assert {stack_key(k) for k in output} == platform_keys
+    assert output["region"] == yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text(encoding="utf-8"))[
+        "config"]["aws:region"]
     assert output["kedaWatchNamespaces"] == ["gpuburst", PROJECT]
-    assert output["imageCuda"] == "13.0" and output["nodeClassModelCacheFolder"] is False
+    assert output["imageCuda"] == "13.0" and output["nodeClassModelCacheFolder"] is True
 
 
 def test_the_output_says_what_the_platform_plan_declares(platform):
@@ -76,6 +85,10 @@ def test_the_output_says_what_the_platform_plan_declares(platform):
     assert nodeclass["properties"]["metadata"]["name"] == output["nodeClass"]
     (root,) = [m for m in nodeclass["properties"]["spec"]["blockDeviceMappings"] if m.get("rootVolume")]
     assert root["ebs"]["volumeSize"] == f"{output['nodeClassRootVolumeGiB']}Gi"
+    # the folder the output promises is made by the node class's user data (dev declares no workload model)
+    from components.model_cache import cache_folder_script
+    made = cache_folder_script() in nodeclass["properties"]["spec"]["userData"].replace("\r\n", "\n")
+    assert made is output["nodeClassModelCacheFolder"]
     assert output["image"] == platform["outputs"]["imageRef"] and output["clusterName"] == "gpuburst-dev"
 
 

@@ -13,8 +13,13 @@ if TYPE_CHECKING:
 
 class WorkloadStackConfig(TypedDict):
     """What the platform team hands a lab (`pulumi stack output workloadStackConfig --json`): each key is a config key
-    of the lab's project (`<project>:<key>` in its stack file), each value what the platform runs."""
+    of the lab's project (`<project>:<key>` in its stack file), `region` aside (`aws:region`), each value what the
+    platform runs."""
 
+    region: str
+    """The platform's AWS region (its `aws:region`, `StackConfig.region`): it goes to the lab's stack file as
+    `aws:region` itself, not under the project prefix, since the AWS provider reads it there (the examples read
+    `pulumi.Config("aws").require("region")`); the lab's queue, key and roles must be in the cluster's region."""
     clusterName: str
     """The EKS cluster's name (`ExistingClusterArgs.cluster_name`; the Pod Identity associations name it)."""
     vpcCidr: str
@@ -35,7 +40,7 @@ class WorkloadStackConfig(TypedDict):
     """That node class's root volume in GiB (`ExistingNodeClass.root_volume_gib`)."""
     nodeClassModelCacheFolder: bool
     """Whether that node class's user data makes the model cache's node folder, i.e. runs `cache_folder_script()`:
-    True when the platform's config has a workload with a model (`ExistingNodeClass.model_cache_folder`)."""
+    always True for GpuBurstPlatform's GPU node class (`ExistingNodeClass.model_cache_folder`)."""
     networkPolicyEnforced: bool
     """Whether the cluster's VPC CNI enforces NetworkPolicies (`ExistingClusterArgs.network_policy_enforced`); the
     platform's Cluster turns `enableNetworkPolicy` on."""
@@ -66,18 +71,19 @@ def image_cuda(worker_image: str | None, worker_image_cuda: str | None) -> str |
     return str(TORCH_CUDA["cuda"]) if worker_image is None else None
 
 
-def workload_stack_config(*, cluster_name: str, vpc_cidr: str, keda_version: str,
+def workload_stack_config(*, region: str, cluster_name: str, vpc_cidr: str, keda_version: str,
                           keda_operator_role_arn: pulumi.Input[str], keda_watch_namespaces: Sequence[str],
                           karpenter_version: str, node_class: str, node_class_root_volume_gib: int,
                           node_class_model_cache_folder: bool, network_policy_enforced: bool,
                           slides_bucket_arn: pulumi.Input[str], results_bucket_arn: pulumi.Input[str],
                           image: pulumi.Input[str], worker_image: str | None,
                           worker_image_cuda: str | None) -> WorkloadStackConfig:
-    """The `workloadStackConfig` output of a platform stack (see WorkloadStackConfig for each key). `worker_image` and
-    `worker_image_cuda` are the stack's `gpuburst:workerImage` and `gpuburst:workerImageCuda` (None when unset):
-    they decide `imageCuda` (`image_cuda`); `image` is the image ref the workloads really run."""
+    """The `workloadStackConfig` output of a platform stack (see WorkloadStackConfig for each key; `region` is the
+    platform's `aws:region`). `worker_image` and `worker_image_cuda` are the stack's `gpuburst:workerImage` and
+    `gpuburst:workerImageCuda` (None when unset): they decide `imageCuda` (`image_cuda`); `image` is the image ref the
+    workloads really run."""
     out = WorkloadStackConfig(
-        clusterName=cluster_name, vpcCidr=vpc_cidr, kedaVersion=keda_version,
+        region=region, clusterName=cluster_name, vpcCidr=vpc_cidr, kedaVersion=keda_version,
         kedaOperatorRoleArn=keda_operator_role_arn, kedaWatchNamespaces=list(keda_watch_namespaces),
         karpenterVersion=karpenter_version, nodeClass=node_class, nodeClassRootVolumeGiB=node_class_root_volume_gib,
         nodeClassModelCacheFolder=node_class_model_cache_folder, networkPolicyEnforced=network_policy_enforced,

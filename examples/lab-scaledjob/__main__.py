@@ -2,7 +2,8 @@
 
 Pattern: a GpuScaledJob (independent, stateless slides that arrive in bursts; one Job takes up to 5 messages and
 exits, so the 5 slides share one model load). The pods fetch the lab's model from S3, pinned by its SHA-256
-(`ModelMount`). KEDA, Karpenter, the device plugin and the EC2NodeClass belong to the platform stack: this one
+(`ModelMount`) and keep it in the node-local model cache (`ModelCache`), so the next Job on a node reads it from
+local disk. KEDA, Karpenter, the device plugin and the EC2NodeClass belong to the platform stack: this one
 references them (`Existing*`), so every manifest is checked against what really runs there and the policy pack,
 run on this plan alone, says in advisories what lives outside it. Walk-through: docs/workload-stack.md.
 """
@@ -23,6 +24,8 @@ from gpuburst import (
     GpuNodePoolArgs,
     GpuScaledJob,
     GpuScaledJobArgs,
+    ModelCache,
+    ModelCacheArgs,
     ModelMount,
     ScaledJobSettings,
     WorkerPodSettings,
@@ -68,6 +71,11 @@ pool = GpuNodePool("cyto", GpuNodePoolArgs(nodeclass_name=node_class, nodepool_n
                                            instance_types=["g5.2xlarge", "g6.2xlarge", "g6e.2xlarge"],
                                            karpenter=karpenter))
 
+# The node-local model cache: the first Job on a node downloads the model, the next ones there read it from local
+# disk. One per namespace (ModelCacheArgs.depends_on, not opts, is what orders its claim after the namespace).
+cache = ModelCache("cyto-cache", ModelCacheArgs(namespace=ns.name, volume_name=f"{ns.name}-model-cache",
+                                                capacity_gib=20, depends_on=[ns]))
+
 facts = WorkloadFacts(items_independent=True, state_across_messages=False, ordered=False, model_load_s=40,
                       seconds_per_item=90, burst_items=400, max_replicas=4)
 model = cfg.require_object("model")
@@ -89,11 +97,13 @@ job = GpuScaledJob("cyto", GpuScaledJobArgs(
     bucket_arn=cfg.require("resultsBucketArn"), slides_bucket_arn=cfg.require("slidesBucketArn"),
     slides_prefix="slides/cyto/", results_prefix="results/cyto/",
     pod=WorkerPodSettings(image=cfg.require("image"), visibility_timeout_s=queue.visibility_timeout_s,
-                          region=region, model=ModelMount(uri=model["uri"], sha256=model["sha256"]),
+                          # the model by digest, kept in the node cache under cyto-slides/cyto
+                          region=region, model=ModelMount(uri=model["uri"], sha256=model["sha256"],
+                                                           cache_claim=cache.claim_name, cache_sub_path="cyto"),
                           # The image is the platform's, built elsewhere: say which CUDA it needs, so the pack
                           # checks the pool's GPUs and the AMI's driver against it.
                           annotations={"gpuburst.io/worker-image-cuda": cfg.require("imageCuda")})),
-    opts=pulumi.ResourceOptions(depends_on=[ns]))
+    opts=pulumi.ResourceOptions(depends_on=[ns, cache]))
 
 pulumi.export("queueUrl", queue.queue_url)
 pulumi.export("workerRoleArn", job.role_arn)

@@ -77,8 +77,7 @@ def test_the_references_carry_their_facts_into_the_plan(attached):
     (cluster,) = attached.monitor.by_type("gpuburst:index:ExistingCluster")
     assert cluster.properties == {"clusterName": "platform", "systemNodeLabels": {"gpuburst.io/pool": "system"},
                                   "devicePlugin": True,
-                                  "nodeClasses": {"gpu": {"rootVolumeGiB": 200, "amiAlias": "al2023@latest",
-                                                          "modelCacheFolder": False}}}
+                                  "nodeClasses": {"gpu": {"rootVolumeGiB": 200, "amiAlias": "al2023@latest"}}}
 
 
 def test_the_scaler_role_trusts_the_existing_operator_role(attached):
@@ -153,18 +152,22 @@ def test_existing_cluster_refuses_a_node_class_without_a_root_volume():
             cluster_name="c", node_classes={"gpu": ExistingNodeClass(root_volume_gib=0)})))
 
 
-def test_existing_cluster_registers_whether_a_node_class_makes_the_model_cache_folder():
+def test_existing_cluster_registers_whether_a_node_class_makes_the_model_cache_folder_and_not_an_unknown():
     res = run_under_mocks(lambda: ExistingCluster("c", ExistingClusterArgs(cluster_name="c", node_classes={
         "gpu": ExistingNodeClass(root_volume_gib=100, model_cache_folder=True),
+        "old": ExistingNodeClass(root_volume_gib=100, model_cache_folder=False),
         "cpu": ExistingNodeClass(root_volume_gib=50)})))
     (cluster,) = res.monitor.by_type("gpuburst:index:ExistingCluster")
-    assert {n: c["modelCacheFolder"] for n, c in cluster.properties["nodeClasses"].items()} == {"gpu": True,
-                                                                                             "cpu": False}
+    classes = cluster.properties["nodeClasses"]
+    assert {n: c.get("modelCacheFolder") for n, c in classes.items()} == {"gpu": True, "old": False, "cpu": None}
+    assert "modelCacheFolder" not in classes["cpu"] and classes["cpu"]["rootVolumeGiB"] == 50  # None: no fact
+    assert ExistingNodeClass(root_volume_gib=1).model_cache_folder is None
 
 
 def test_existing_cluster_refuses_a_model_cache_folder_that_is_not_a_bool():
     field = r"ExistingClusterArgs\.node_classes\['gpu'\]\.model_cache_folder"
-    with pytest.raises(ConfigError, match=field + r": 'yes' is not valid: True \(its user data runs"):
+    with pytest.raises(ConfigError, match=field + r": 'yes' is not valid: True \(its user data runs .*\), False or "
+                                           r"None \(not known\)$"):
         run_under_mocks(lambda: ExistingCluster("c", ExistingClusterArgs(cluster_name="c", node_classes={
             "gpu": ExistingNodeClass(root_volume_gib=100, model_cache_folder="yes")})))  # type: ignore[arg-type]
 

@@ -276,11 +276,16 @@ def test_the_model_cache_admission_rule_is_declared_before_the_workloads_that_mo
     assert len(workloads) == 2 and all(binding.urn in w.dependencies for w in workloads)
 
 
-def test_without_a_model_there_is_no_cache_and_the_node_user_data_is_the_plain_node_config(own):
-    assert _cache_admission(own)  # always declared: a workload stack on this cluster may declare a cache
+def test_without_a_model_there_is_no_cache_but_the_node_class_still_makes_its_folder(own):
+    """No model: no cache volume and no cache env; but the admission rule and the node folder are there all the same,
+    for a lab's workload stack on this cluster that declares a cache of its own (workloadStackConfig says so)."""
+    from components.model_cache import cache_folder_script
+
+    assert _cache_admission(own)
     assert not own.monitor.by_type("kubernetes:core/v1:PersistentVolume")
     (nodeclass,) = own.monitor.by_type("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
-    assert yaml.safe_load(nodeclass.properties["spec"]["userData"])["kind"] == "NodeConfig"
+    user_data = nodeclass.properties["spec"]["userData"]
+    assert "text/x-shellscript" in user_data and cache_folder_script() in user_data.replace("\r\n", "\n")
     assert not {"MODEL_URI", "MODEL_CACHE_DIR"} & set(_env(_containers(own)["slides"]))
 
 

@@ -17,7 +17,13 @@ from components.existing import (
     ExistingKarpenterArgs,
     ExistingNodeClass,
 )
-from components.model_cache import ModelCache, ModelCacheArgs, cache_folder_script, model_cache_manifests
+from components.model_cache import (
+    ModelCache,
+    ModelCacheAdmission,
+    ModelCacheArgs,
+    cache_folder_script,
+    model_cache_manifests,
+)
 from components.nodeclass import ec2_nodeclass_manifest
 from components.nodepool import GpuNodePool, GpuNodePoolArgs
 from components.spec.names import MODEL_CACHE_HOST_PATH, model_cache_folder_commands
@@ -39,28 +45,34 @@ U = F.harness.UNKNOWN_STRING
 
 # -- a workload stack declared with the components, as the user trial did ---------------------------------------------
 
-def workload_stack(model_cache_folder: bool | None, cache: bool = True) -> dict:
-    """ExistingCluster (node class 'gpu' with the fact, or none), a NodePool booting it, a ModelCache and a
-    GpuConsumer whose ModelMount mounts it."""
+def workload_stack(model_cache_folder: bool | None, cache: bool = True, *, node_class: bool | None = None,
+                   workloads: tuple[str, ...] = ("studies",), admission: bool = False, capacity_gib: int = 20) -> dict:
+    """ExistingCluster (node class 'gpu' with the fact; `node_class` False: no ExistingNodeClass, default: one unless
+    `model_cache_folder` is None), a NodePool booting it, a ModelCache and a GpuConsumer per name in `workloads`
+    whose ModelMount mounts it; `admission`: the stack declares ModelCacheAdmission itself."""
+    declared = model_cache_folder is not None if node_class is None else node_class
 
     def program():
-        classes = {} if model_cache_folder is None else {
-            "gpu": ExistingNodeClass(root_volume_gib=100, model_cache_folder=model_cache_folder)}
+        classes = {"gpu": ExistingNodeClass(root_volume_gib=100, model_cache_folder=model_cache_folder)} \
+            if declared else {}
         cluster = ExistingCluster("platform", ExistingClusterArgs(cluster_name="platform", node_classes=classes))
         karpenter = ExistingKarpenter("karpenter", ExistingKarpenterArgs(version=catalogue.KARPENTER_VERSION))
         pool = GpuNodePool("lab", GpuNodePoolArgs(nodeclass_name="gpu", nodepool_name="tils-lab", gpu_limit=4,
                                                   instance_types=["g5.xlarge", "g5.2xlarge"], karpenter=karpenter))
         claim = ModelCache("lab-cache", ModelCacheArgs(namespace="lab", volume_name="lab-model-cache",
-                                                       capacity_gib=20)).claim_name if cache else None
-        queue = aws.sqs.Queue("slides-queue", name="lab-slides", visibility_timeout_seconds=600)
-        GpuConsumer("studies", GpuConsumerArgs(
-            cluster_name=cluster.cluster_name, namespace="lab", queue_url=queue.url, queue_arn=queue.arn,
-            bucket_arn="arn:aws:s3:::lab-results", egress_cidrs=["10.64.0.0/16"], nodepool=pool,
-            facts=WorkloadFacts(items_independent=False, state_across_messages=True, ordered=True, model_load_s=10,
-                                seconds_per_item=6, burst_items=40, max_replicas=1),
-            pod=WorkerPodSettings(image=IMAGE, model=ModelMount(
-                uri="s3://lab-models/studies/v1.pt2", sha256="cd" * 32, cache_claim=claim,
-                cache_sub_path="lab-studies" if cache else None))))
+                                                       capacity_gib=capacity_gib)).claim_name if cache else None
+        if admission:
+            ModelCacheAdmission("cache-admission")
+        for name in workloads:
+            queue = aws.sqs.Queue(f"{name}-queue", name=f"lab-{name}", visibility_timeout_seconds=600)
+            GpuConsumer(name, GpuConsumerArgs(
+                cluster_name=cluster.cluster_name, namespace="lab", queue_url=queue.url, queue_arn=queue.arn,
+                bucket_arn="arn:aws:s3:::lab-results", egress_cidrs=["10.64.0.0/16"], nodepool=pool,
+                facts=WorkloadFacts(items_independent=False, state_across_messages=True, ordered=True,
+                                    model_load_s=10, seconds_per_item=6, burst_items=40, max_replicas=1),
+                pod=WorkerPodSettings(image=IMAGE, model=ModelMount(
+                    uri=f"s3://lab-models/{name}/v1.pt2", sha256="cd" * 32, cache_claim=claim,
+                    cache_sub_path=f"lab-{name}" if cache else None))))
 
     return plan_document("lab", run_under_mocks(program, project="tils-lab", stack="lab"))
 
@@ -84,14 +96,19 @@ def test_a_node_class_said_to_make_the_folder_passes():
     assert findings(workload_stack(model_cache_folder=True)) == []
 
 
-def test_a_node_class_no_fact_describes_is_an_end_outside_this_stack():
-    found = findings(workload_stack(model_cache_folder=None))
-    (end,) = found
-    assert isinstance(end, Outside) and end.keys == (rule.FACT,)
-    assert "EC2NodeClass 'gpu'" in end.message and "is not in this plan" in end.message
-    lines = [m for _urn, m in boundary.boundary_findings(F.as_res(workload_stack(model_cache_folder=None)))
-             if MODEL_CACHE_HOST_PATH in m]
-    assert len(lines) == 1 and rule.NAME in lines[0] and "nodeClasses[name].modelCacheFolder" in lines[0]
+@pytest.mark.parametrize(("node_class", "said"), [
+    (False, "no ExistingNodeClass 'gpu' describes it"),
+    (True, "ExistingNodeClass 'gpu' model_cache_folder is None: not known"),  # the default: not registered as False
+])
+def test_a_node_class_no_fact_describes_is_said_once_outside_this_stack(node_class, said):
+    plan = workload_stack(model_cache_folder=None, node_class=node_class, workloads=("studies", "slides"))
+    found = findings(plan)
+    assert len(found) == 2 and all(isinstance(end, Outside) and end.keys == (rule.FACT,) for end in found)
+    assert "EC2NodeClass 'gpu'" in found[0].message and "is not in this plan" in found[0].message
+    assert said in found[0].message and violations(found) == []
+    lines = [m for _urn, m in boundary.boundary_findings(F.as_res(plan)) if "makes the model cache folder" in m]
+    assert len(lines) == 1, lines  # two pods on the node class: one line
+    assert rule.NAME in lines[0] and "nodeClasses[name].modelCacheFolder" in lines[0] and said in lines[0]
 
 
 def test_a_pod_without_the_cache_is_not_judged():
@@ -191,6 +208,16 @@ def test_over_grpc_the_refused_workload_stack_fails(analyze):
     assert analyze(workload_stack(model_cache_folder=True)).by_policy(rule.NAME) == []
 
 
+def test_the_caches_declared_capacity_is_informational_no_rule_reads_it(analyze):
+    """ModelCacheArgs.capacity_gib says so: the pack says the same of a 1 GiB and a 1000 GiB cache."""
+    small, large = (workload_stack(model_cache_folder=True, capacity_gib=gib) for gib in (1, 1000))
+    capacity = [next(r for r in p["resources"] if r["type"] == T_PV)["properties"]["spec"]["capacity"]
+                for p in (small, large)]
+    assert capacity == [{"storage": "1Gi"}, {"storage": "1000Gi"}]
+    said = [sorted(d.line() for d in analyze(p).diagnostics) for p in (small, large)]
+    assert said[0] and said[0] == said[1]
+
+
 # -- model-cache-isolation: each namespace in its own folder of the cache ----------------------------------------------
 
 T_VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
@@ -198,7 +225,9 @@ T_VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionP
 
 
 def isolation(plan: dict) -> list:
-    return rule.isolation_findings(F.as_res(plan))
+    """The rule's violations, the plan judged as the pack judges it (whole when it declares a GpuBurstPlatform)."""
+    res = F.as_res(plan)
+    return violations(rule.isolation_findings(res, scope_of(res)))
 
 
 def mounting(sub_path: dict | None, *, field: str = "containers", volume: str = "model-cache") -> dict:
@@ -282,6 +311,47 @@ def test_a_platform_plan_holds_the_admission_rule_unchanged():
     assert "is unknown during preview" in found[1]
 
 
+ADMISSION_OUTSIDE = "the cluster's admission rule for the model cache is not in this plan"
+
+
+def partial_isolation(plan: dict) -> list:
+    res = F.as_res(plan)
+    return rule.isolation_findings(res, scope_of(res))
+
+
+def test_a_workload_stack_mounting_the_cache_says_once_that_the_clusters_admission_rule_was_not_checked():
+    plan = workload_stack(model_cache_folder=True, workloads=("studies", "slides"))
+    (end,) = partial_isolation(plan)
+    assert isinstance(end, Outside) and end.keys == () and end.urn is not None
+    assert end.message.startswith(ADMISSION_OUTSIDE) and "\n" not in end.message
+    assert ("(no ValidatingAdmissionPolicy nor ValidatingAdmissionPolicyBinding 'gpuburst-model-cache-sub-path')"
+            in end.message)
+    assert "in their own folder of the cache, which Deployment lab/slides, Deployment lab/studies mount here" \
+        in end.message
+    assert "the platform declares it" in end.message and "must declare ModelCacheAdmission" in end.message
+    (line,) = [m for _u, m in boundary.boundary_findings(F.as_res(plan)) if ADMISSION_OUTSIDE in m]
+    assert line.endswith("(not checked by model-cache-isolation: the plan declares no gpuburst:index:GpuBurstPlatform)")
+    assert isolation(plan) == []  # not a violation: the cluster's rule is not this stack's
+    whole = rule.isolation_findings(F.as_res(plan), scope_of(F.as_res(plan), {"wholePlatform": True}))
+    assert len(whole) == 2 and all("judged as the whole platform but declares no" in m for _u, m in whole)
+
+
+def test_a_workload_stack_that_declares_half_the_rule_is_told_which_half_is_not_there():
+    plan = workload_stack(model_cache_folder=True)
+    (end,) = partial_isolation(F.doc(*plan["resources"], *admission_entries()[:1]))
+    assert "(no ValidatingAdmissionPolicyBinding 'gpuburst-model-cache-sub-path')" in end.message
+
+
+@pytest.mark.parametrize("plan", [
+    pytest.param(lambda: workload_stack(model_cache_folder=True, cache=False), id="no-cache-mount"),
+    pytest.param(lambda: workload_stack(model_cache_folder=True, admission=True), id="declares-ModelCacheAdmission"),
+])
+def test_no_admission_line_without_a_cache_mount_or_where_the_stack_declares_the_rule(plan):
+    built = plan()
+    assert partial_isolation(built) == []
+    assert not [m for _u, m in boundary.boundary_findings(F.as_res(built)) if ADMISSION_OUTSIDE in m]
+
+
 def test_the_dev_plan_passes_isolation(dev_plan):
     assert isolation(dev_plan) == []
 
@@ -291,3 +361,7 @@ def test_isolation_is_mandatory_in_the_pack_and_fails_over_grpc(analyze):
     assert levels[rule.ISOLATION] == EnforcementLevel.MANDATORY
     (found,) = analyze(mounting({"subPath": "other-team/slides"})).by_policy(rule.ISOLATION)
     assert found.level == "MANDATORY" and "other-team/slides" in found.message
+    report = analyze(workload_stack(model_cache_folder=True))
+    assert report.by_policy(rule.ISOLATION) == []  # not a violation of the rule: the advisory below
+    (line,) = [d for d in report.by_policy(boundary.NAME) if ADMISSION_OUTSIDE in d.message]
+    assert line.level == "ADVISORY"

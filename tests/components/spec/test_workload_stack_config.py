@@ -1,4 +1,5 @@
-"""The `workloadStackConfig` output's builder: its keys, the image's CUDA rules, KEDA's watch list, the cache flag."""
+"""The `workloadStackConfig` output's builder: its keys, the region, the image's CUDA rules, KEDA's watch list, the
+cache flag."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,15 +15,16 @@ from components.spec.workload_stack_config import (
 )
 
 PREBUILT = "123456789012.dkr.ecr.us-east-1.amazonaws.com/lab-worker@sha256:" + "ab" * 32
-KEYS = {"clusterName", "vpcCidr", "kedaVersion", "kedaOperatorRoleArn", "kedaWatchNamespaces", "karpenterVersion",
-        "nodeClass", "nodeClassRootVolumeGiB", "nodeClassModelCacheFolder", "networkPolicyEnforced",
+KEYS = {"region", "clusterName", "vpcCidr", "kedaVersion", "kedaOperatorRoleArn", "kedaWatchNamespaces",
+        "karpenterVersion", "nodeClass", "nodeClassRootVolumeGiB", "nodeClassModelCacheFolder", "networkPolicyEnforced",
         "slidesBucketArn", "resultsBucketArn", "image"}
-"""The keys every output has (imageCuda aside): the config keys examples/lab-scaledjob reads from the platform."""
+"""The keys every output has (imageCuda aside): the config keys examples/lab-scaledjob reads from the platform
+(`region` as `aws:region`)."""
 
 
 def build(**over: Any) -> WorkloadStackConfig:
     args: dict[str, Any] = dict(
-        cluster_name="gpuburst-dev", vpc_cidr="10.64.0.0/16", keda_version="2.20.2",
+        region="eu-west-1", cluster_name="gpuburst-dev", vpc_cidr="10.64.0.0/16", keda_version="2.20.2",
         keda_operator_role_arn="arn:aws:iam::123456789012:role/gpuburst-dev-keda-operator",
         keda_watch_namespaces=["gpuburst", "cyto-slides"], karpenter_version="1.14.1", node_class="gpu",
         node_class_root_volume_gib=100, node_class_model_cache_folder=False, network_policy_enforced=True,
@@ -34,6 +36,7 @@ def build(**over: Any) -> WorkloadStackConfig:
 def test_each_value_lands_under_the_key_a_lab_reads():
     out = build()
     assert set(out) == KEYS | {"imageCuda"}
+    assert out["region"] == "eu-west-1"
     assert (out["clusterName"], out["vpcCidr"], out["kedaVersion"], out["karpenterVersion"]) == (
         "gpuburst-dev", "10.64.0.0/16", "2.20.2", "1.14.1")
     assert out["kedaOperatorRoleArn"] == "arn:aws:iam::123456789012:role/gpuburst-dev-keda-operator"

@@ -76,12 +76,18 @@ def test_nodeclass_alias(dev):
 
 
 def test_nodeclass_puts_images_on_the_nvme_raid0_and_turns_on_fast_image_pull(dev):
+    import email
+
     import yaml
 
     [nc] = of_type(dev["plan"], "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
     spec = nc["properties"]["spec"]
     assert spec["instanceStorePolicy"] == "RAID0"
-    assert yaml.safe_load(spec["userData"])["spec"] == {"featureGates": {"FastImagePull": True}}
+    # a MIME document: the NodeConfig, then the model cache folder's script (components/nodeclass.py boot_scripts)
+    parts = {part.get_content_type(): part.get_payload() for part in email.message_from_string(spec["userData"]).walk()
+             if not part.is_multipart()}
+    assert set(parts) == {"application/node.eks.aws", "text/x-shellscript"}, set(parts)
+    assert yaml.safe_load(parts["application/node.eks.aws"])["spec"] == {"featureGates": {"FastImagePull": True}}
 
 
 def test_keda_objects(dev):
