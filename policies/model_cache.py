@@ -145,6 +145,16 @@ def _outside(res: Res, who: str, shape: Shape, nc_name: str, scope: Scope) -> Fi
                            "a workload model), then set ExistingNodeClass(model_cache_folder=True)")
 
 
+def _pod_specs(resources: list[Res]) -> list[tuple[Res, Any]]:
+    """(resource, its pod spec as `dig` found it: `.value` a dict, `.path` where) of every pod-bearing resource."""
+    out = []
+    for res in resources:
+        kind = k8s_kind(res.type)
+        pod = dig(res.props, *POD_TEMPLATE_PATHS[kind]) if kind in POD_TEMPLATE_PATHS else None
+        if pod is not None and isinstance(pod.value, dict):
+            out.append((res, pod))
+    return out
+
 def cache_folder_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Finding | Outside]:
     """A violation per (pod mounting the cache, EC2NodeClass of a NodePool it runs on) whose node class does not make
     the cache's folder; an `Outside` where that node class, or the NodePool, is another stack's and no fact says."""
@@ -152,13 +162,7 @@ def cache_folder_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Fi
     shapes: list[Shape] | None = None
     nodeclasses = nodeclass_index(resources)
     out: list[Finding | Outside] = []
-    for res in resources:
-        kind = k8s_kind(res.type)
-        if kind not in POD_TEMPLATE_PATHS:
-            continue
-        pod = dig(res.props, *POD_TEMPLATE_PATHS[kind])
-        if not isinstance(pod.value, dict):
-            continue
+    for res, pod in _pod_specs(resources):
         volume, unknown = cache_volume(res, pod.value, pod.path, bound)
         who = f"pod {describe_res(res)}"
         if volume is None:
@@ -325,13 +329,7 @@ def isolation_findings(resources: list[Res], scope: Scope = WHOLE) -> list[Findi
     bound = bound_claims(resources)
     out: list[Finding | Outside] = []
     mounting: list[Res] = []
-    for res in resources:
-        kind = k8s_kind(res.type)
-        if kind not in POD_TEMPLATE_PATHS:
-            continue
-        pod = dig(res.props, *POD_TEMPLATE_PATHS[kind])
-        if not isinstance(pod.value, dict):
-            continue
+    for res, pod in _pod_specs(resources):
         names_, unknown = _cache_volume_names(res, dig(pod.value, "volumes", base=pod.path), bound)
         if unknown:
             out.append((res.urn, unknown_message(unknown, f"whether {describe_res(res)} mounts the model cache")))
