@@ -31,6 +31,7 @@ platform's, and `outside-this-stack` says it could not be checked.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ._components import model_cache_admission as mca
@@ -68,6 +69,18 @@ def bound_claims(resources: list[Res]) -> set[tuple[Any, Any]]:
     return out
 
 
+def _claims(res: Res, volumes: Any, bound: set[tuple[Any, Any]]) -> Iterator[tuple[str, Any, str | None]]:
+    """(path, volume, None) for each of the pod's volumes (`volumes`: the pod's `volumes` as `dig` found it, known) that
+    claims the cache, and (path, volume, path of the unknown value) for each whose claim could: in volume order."""
+    namespace = meta_namespace(res.props)
+    for vpath, volume in enumerate_at(volumes):
+        claim = dig(volume, "persistentVolumeClaim", "claimName", base=vpath) if volume is not UNKNOWN else None
+        if claim is None or claim.unknown:
+            yield vpath, volume, vpath if claim is None else claim.path
+        elif claim.value == CLAIM or (namespace, claim.value) in bound or (None, claim.value) in bound:
+            yield vpath, volume, None
+
+
 def cache_volume(res: Res, pod: Any, path: str, bound: set[tuple[Any, Any]]) -> tuple[str | None, str | None]:
     """(path of the pod's volume that mounts the cache, or None; path of an unknown value that could, or None). An
     unknown volume counts only in a worker pod's spec (as `worker-host-path` reads them)."""
@@ -75,15 +88,11 @@ def cache_volume(res: Res, pod: Any, path: str, bound: set[tuple[Any, Any]]) -> 
     worker = is_worker(res, k8s_kind(res.type) or ("", ""))
     if volumes.unknown:
         return None, volumes.path if worker else None
-    namespace = meta_namespace(res.props)
     unknown = None
-    for vpath, volume in enumerate_at(volumes):
-        claim = dig(volume, "persistentVolumeClaim", "claimName", base=vpath) if volume is not UNKNOWN else None
-        if claim is None or claim.unknown:
-            unknown = unknown or (vpath if claim is None else claim.path)
-            continue
-        if claim.value == CLAIM or (namespace, claim.value) in bound or (None, claim.value) in bound:
+    for vpath, _volume, unknown_at in _claims(res, volumes, bound):
+        if unknown_at is None:
             return vpath, None
+        unknown = unknown or unknown_at
     return None, unknown if worker else None
 
 
@@ -217,17 +226,14 @@ def _cache_volume_names(res: Res, volumes: Any, bound: set[tuple[Any, Any]]) -> 
     worker = is_worker(res, k8s_kind(res.type) or ("", ""))
     if volumes.unknown:
         return set(), volumes.path if worker else None
-    namespace, out, unknown = meta_namespace(res.props), set(), None
-    for vpath, volume in enumerate_at(volumes):
-        claim = dig(volume, "persistentVolumeClaim", "claimName", base=vpath) if volume is not UNKNOWN else None
-        if claim is None or claim.unknown:
-            unknown = unknown or (vpath if claim is None else claim.path)
-        elif claim.value == CLAIM or (namespace, claim.value) in bound or (None, claim.value) in bound:
-            name = dig(volume, "name", base=vpath)
-            if name.unknown:
-                unknown = unknown or name.path
-            else:
-                out.add(name.value)
+    out: set[Any] = set()
+    unknown = None
+    for vpath, volume, unknown_at in _claims(res, volumes, bound):
+        name = dig(volume, "name", base=vpath) if unknown_at is None else None
+        if name is None or name.unknown:
+            unknown = unknown or (unknown_at if name is None else name.path)
+        else:
+            out.add(name.value)
     return out, unknown if worker else None
 
 
